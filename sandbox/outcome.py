@@ -1,0 +1,141 @@
+"""How a sandboxed call ended, as a value.
+
+Every call run by the sandbox ends in exactly one of five outcomes. Each carries the resource usage
+of the call and knows the content blocks and error flag that the session should receive for it.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "Completed",
+    "Crashed",
+    "Failed",
+    "OutcomeKind",
+    "OverLimit",
+    "TimedOut",
+    "ToolOutcome",
+    "Usage",
+]
+
+OutcomeKind = Literal["completed", "failed", "timed_out", "crashed", "over_limit"]
+Block = dict[str, Any]
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Resources one call used: wall time, CPU time of its whole tree, and peak memory."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    max_rss_bytes: int = 0
+
+
+def _text(text: str) -> list[Block]:
+    return [{"type": "text", "text": text}]
+
+
+class _Outcome(msgspec.Struct, frozen=True, kw_only=True, tag_field="outcome"):
+    tool: str
+    usage: Usage = Usage()
+
+    @property
+    def kind(self) -> OutcomeKind:
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+    @property
+    def is_error(self) -> bool:
+        return True
+
+    def error_text(self) -> str:
+        """The message the agent reads for this outcome."""
+        raise NotImplementedError
+
+    def content(self) -> list[Block]:
+        """The content blocks to post as the call's result."""
+        return _text(self.error_text())
+
+
+class Completed(_Outcome, frozen=True, tag="completed"):
+    """The tool returned; `blocks` is its result as content blocks."""
+
+    blocks: list[Block]
+    truncated: bool = False
+
+    @property
+    def is_error(self) -> bool:
+        return False
+
+    def error_text(self) -> str:
+        return ""
+
+    def content(self) -> list[Block]:
+        return self.blocks
+
+
+class Failed(_Outcome, frozen=True, tag="failed"):
+    """The tool raised (or returned junk). `blocks` is a ToolError's own content, if it raised one."""
+
+    error_type: str
+    message: str
+    blocks: list[Block] | None = None
+
+    def error_text(self) -> str:
+        return self.message
+
+    def content(self) -> list[Block]:
+        return self.blocks if self.blocks is not None else _text(self.message)
+
+
+class TimedOut(_Outcome, frozen=True, tag="timed_out"):
+    """The call ran past its wall-clock timeout and its whole process tree was killed."""
+
+    timeout_s: float
+
+    def error_text(self) -> str:
+        return f"tool '{self.tool}' timed out after {self.timeout_s:g} s"
+
+
+class Crashed(_Outcome, frozen=True, tag="crashed"):
+    """The worker died or broke the protocol before it returned a result."""
+
+    signal: int | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    stderr_tail: str = ""
+
+    def error_text(self) -> str:
+        if self.reason:
+            how = self.reason
+        elif self.signal is not None:
+            how = f"killed by {signal.Signals(self.signal).name}"
+        else:
+            how = f"exited with status {self.exit_code}"
+        text = f"tool '{self.tool}' crashed: {how}"
+        if self.stderr_tail:
+            text += f"\nstderr:\n{self.stderr_tail}"
+        return text
+
+
+_UNITS = {"memory": "MiB", "file_size": "MiB", "output": "bytes", "cpu": "s", "processes": "", "open_files": ""}
+
+
+class OverLimit(_Outcome, frozen=True, tag="over_limit"):
+    """The call exceeded a resource limit (`memory`, `cpu`, `processes`, `open_files`, `file_size`)."""
+
+    resource: str
+    limit: float
+
+    def error_text(self) -> str:
+        unit = _UNITS.get(self.resource, "")
+        shown = self.limit / (1 << 20) if unit == "MiB" else self.limit
+        label = {"cpu": "CPU time", "open_files": "open files", "file_size": "file size"}.get(
+            self.resource, self.resource
+        )
+        return f"tool '{self.tool}' exceeded its {label} limit ({shown:g}{' ' + unit if unit else ''})"
+
+
+ToolOutcome = Completed | Failed | TimedOut | Crashed | OverLimit
