@@ -1,5 +1,5 @@
 """Isolation layers beyond rlimits: cgroup, network namespace, filesystem confinement, uid drop,
-no_new_privs. Each layer probes its availability and reports "on" or "unavailable: reason".
+no_new_privs, Landlock. Each layer probes its availability and reports "on" or "unavailable: reason".
 
 CONTRACT between the pool/worker (sandbox core) and this module — keep these names and signatures:
 
@@ -18,26 +18,53 @@ CONTRACT between the pool/worker (sandbox core) and this module — keep these n
   the per-layer report ("on" / "off: why" / "unavailable: reason").
   Raises `LayerUnavailable` if a layer in `policy.require_layers` cannot be applied.
 
-This file is a first minimal version (process-group and psutil tree kill only); the sandbox isolation
-work replaces its internals.
+Layers (names usable in `policy.require_layers`): `rlimits`, `setsid` (applied by the worker core),
+`cgroup`, `tree_kill` (parent side), `netns`, `mountns`, `uid`, `no_new_privs`, `landlock` (worker
+side). `STOCKADE_DISABLE_LAYERS=cgroup,netns,...` turns layers off (for degradation tests); it is
+forwarded to the worker through `preexec_env()`.
+
+Errors: `LayerUnavailable` (a required layer is missing). Low-level `OSError`s never escape a layer:
+they become "unavailable: <reason>" in the report, or `LayerUnavailable` when the layer is required.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
+import logging
 import os
 import signal
-import time
 from pathlib import Path
 
 import msgspec
-import psutil
 
+from stockade.sandbox import hostprobe, identity, treekill
+from stockade.sandbox.cgroup import CgroupLayout, WorkerCgroup, discover_layout, sweep_stale
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.worker_layers import SUBREAPER_ENV, UID_ENV, WORKER_LAYERS, apply_worker_layers
 
-__all__ = ["Cage", "CageUsage", "LayerStatus", "LayerUnavailable", "apply_in_worker", "probe"]
+__all__ = [
+    "DISABLE_ENV",
+    "LAYERS",
+    "Cage",
+    "CageUsage",
+    "LayerStatus",
+    "LayerUnavailable",
+    "apply_in_worker",
+    "disabled_layers",
+    "probe",
+]
 
-POLL_INTERVAL_S = 0.005
+log = logging.getLogger(__name__)
+
+DISABLE_ENV = "STOCKADE_DISABLE_LAYERS"
+CGROUP_ENV = "STOCKADE_CAGE_CGROUP"
+"""Tells the worker whether its cage has a cgroup ("on" / "unavailable: reason")."""
+PARENT_LAYERS = ("rlimits", "setsid", "cgroup", "tree_kill")
+LAYERS = (*PARENT_LAYERS, *WORKER_LAYERS)
+DISABLED_REASON = f"disabled by {DISABLE_ENV}"
+_cage_ids = itertools.count(1)
 
 
 class LayerUnavailable(Exception):
@@ -45,6 +72,8 @@ class LayerUnavailable(Exception):
 
 
 class LayerStatus(msgspec.Struct, frozen=True):
+    """One layer on this host: available or not, and the detail (when on) or reason (when not)."""
+
     name: str
     available: bool
     reason: str = ""
@@ -55,64 +84,137 @@ class CageUsage(msgspec.Struct, frozen=True):
     max_rss_bytes: int | None = None
 
 
+def disabled_layers() -> frozenset[str]:
+    """Layers turned off through STOCKADE_DISABLE_LAYERS."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+@functools.cache
+def _host_probe() -> hostprobe.ProbeResult:
+    return hostprobe.probe_host()
+
+
 def probe() -> dict[str, LayerStatus]:
-    """Which layers this host supports (minimal version: none beyond rlimits and setsid)."""
-    return {
-        "rlimits": LayerStatus("rlimits", True),
-        "setsid": LayerStatus("setsid", True),
-    }
+    """Which layers this host supports (tried once per process), minus the disabled ones."""
+    disabled = disabled_layers()
+    statuses = {}
+    for name, (ok, detail) in _host_probe().items():
+        if name in disabled:
+            statuses[name] = LayerStatus(name, False, DISABLED_REASON)
+        else:
+            statuses[name] = LayerStatus(name, ok, detail)
+    if not statuses["cgroup"].available:
+        statuses["tree_kill"] = LayerStatus("tree_kill", True, treekill.FALLBACK_METHOD)
+    return statuses
+
+
+def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> None:
+    unknown = [name for name in required if name not in LAYERS]
+    missing = [f"{n} ({report[n]})" for n in required if n in report and report[n] != "on"]
+    if unknown or missing:
+        parts = [f"unknown layer(s): {', '.join(unknown)}"] if unknown else []
+        parts += [f"required isolation layer(s) unavailable: {', '.join(missing)}"] if missing else []
+        raise LayerUnavailable("; ".join(parts))
 
 
 def apply_in_worker(policy: ResourcePolicy, workdir: Path) -> dict[str, str]:
-    """Apply the worker-side layers; minimal version applies none."""
-    missing = [name for name in policy.require_layers if name not in probe()]
-    if missing:
-        raise LayerUnavailable(f"required isolation layer(s) unavailable: {', '.join(missing)}")
-    return {}
+    """Apply the worker-side layers; raises LayerUnavailable if a required one is not on."""
+    parent = {"rlimits": "on", "setsid": "on", "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
+    parent["tree_kill"] = "on"
+    report = {**parent, **apply_worker_layers(policy, workdir, disabled_layers())}
+    _refuse_if_missing(policy.require_layers, report)
+    log.info("worker_layers %s", " ".join(f"{k}={v.split(':')[0]}" for k, v in report.items()))
+    return report
+
+
+@functools.cache
+def _layout() -> CgroupLayout:
+    layout = discover_layout()
+    sweep_stale(layout)  # once per supervisor process: cgroups of dead supervisors
+    return layout
 
 
 class Cage:
-    """The parent-side handle on one worker's process tree."""
+    """The parent-side handle on one worker's process tree: cgroup, slot uid, tree kill."""
 
     def __init__(self, policy: ResourcePolicy, worker_id: str) -> None:
         self.policy = policy
         self.worker_id = worker_id
+        self.marker = f"{os.getpid()}-{next(_cage_ids)}-{worker_id}"
+        self.cgroup: WorkerCgroup | None = None
+        self.uid: int | None = None
+        self.cgroup_report = "unavailable: not created"
+        self._closed = False
 
     @classmethod
     def create(cls, policy: ResourcePolicy, worker_id: str) -> Cage:
-        return cls(policy, worker_id)
+        """A cage with a cgroup (if available) and a slot uid (if root). Never refuses: a missing
+        required layer is refused by the worker (`apply_in_worker`), which the cage tells about it."""
+        cage = cls(policy, worker_id)
+        status = probe()
+        cage.cgroup_report = f"unavailable: {status['cgroup'].reason}"
+        if status["cgroup"].available:
+            cage.cgroup_report = cage._make_cgroup()
+        if status["uid"].available:
+            cage.uid = identity.allocate_uid()
+        return cage
+
+    def _make_cgroup(self) -> str:
+        try:
+            cgroup = WorkerCgroup(_layout(), self.marker)
+            cgroup.create(self.policy.memory_bytes, self.policy.max_processes)
+        except OSError as exc:
+            log.warning("cgroup_create_failed worker=%s error=%s", self.worker_id, exc)
+            return f"unavailable: {exc.strerror or exc}"
+        self.cgroup = cgroup
+        return "on"
 
     def preexec_env(self) -> dict[str, str]:
-        return {}
+        """The marker (fallback tree kill), the slot uid, and the disabled-layer list for the worker."""
+        env = {treekill.MARKER_ENV: self.marker, CGROUP_ENV: self.cgroup_report}
+        if self.uid is not None:
+            env[UID_ENV] = str(self.uid)
+        if self.cgroup is None:
+            env[SUBREAPER_ENV] = "1"
+        if DISABLE_ENV in os.environ:
+            env[DISABLE_ENV] = os.environ[DISABLE_ENV]
+        return env
 
     def attach(self, pid: int) -> None:
-        pass
+        """Move the freshly spawned worker into the cgroup (a worker that requires it dies if this fails)."""
+        if self.cgroup is None:
+            return
+        try:
+            self.cgroup.attach(pid)
+        except OSError as exc:
+            log.warning("cgroup_attach_failed pid=%d error=%s", pid, exc)
+            if "cgroup" in self.policy.require_layers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)  # fail closed: it must not run outside its cgroup
 
     def kill_tree(self, root_pid: int, grace_s: float) -> None:
-        """TERM then KILL the process group and every psutil descendant of `root_pid`."""
-        try:
-            procs = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
-        except psutil.NoSuchProcess:
-            procs = []
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(root_pid, sig)
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(sig)
-            deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 1.0)
-            _, alive = psutil.wait_procs(procs, timeout=max(0.0, deadline - time.monotonic()))
-            if not alive:
-                return
+        """TERM, grace, KILL the worker and every descendant, wherever it moved; bounded."""
+        treekill.kill_tree(root_pid, grace_s, self.cgroup, self.marker)
 
     def usage(self) -> CageUsage:
-        return CageUsage()
+        if self.cgroup is None:
+            return CageUsage()
+        return CageUsage(cpu_s=self.cgroup.cpu_s(), max_rss_bytes=self.cgroup.peak_bytes())
 
     def reset_peak(self) -> None:
-        pass
+        if self.cgroup is not None:
+            self.cgroup.reset_peak()
 
     def limit_hit(self) -> str | None:
-        return None
+        return self.cgroup.limit_hit() if self.cgroup is not None else None
 
     def close(self) -> None:
-        pass
+        """Remove the cgroup (killing leftovers) and free the slot uid. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.cgroup is not None:
+            self.cgroup.close()
+        if self.uid is not None:
+            identity.release_uid(self.uid)

@@ -2,14 +2,18 @@
 
 Every call run by the sandbox ends in exactly one of five outcomes. Each carries the resource usage
 of the call and knows the content blocks and error flag that the session should receive for it.
+`from_exit` and `over_limit` build the outcome of a worker that died or hit a limit.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any, Literal
 
 import msgspec
+
+from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
     "Completed",
@@ -20,6 +24,8 @@ __all__ = [
     "TimedOut",
     "ToolOutcome",
     "Usage",
+    "from_exit",
+    "over_limit",
 ]
 
 OutcomeKind = Literal["completed", "failed", "timed_out", "crashed", "over_limit"]
@@ -139,3 +145,41 @@ class OverLimit(_Outcome, frozen=True, tag="over_limit"):
 
 
 ToolOutcome = Completed | Failed | TimedOut | Crashed | OverLimit
+
+
+def _policy_limit(policy: ResourcePolicy, resource: str) -> float | None:
+    """The policy's value for a limit named as in `OverLimit.resource`."""
+    values: dict[str, float | None] = {
+        "cpu": policy.cpu_s,
+        "memory": policy.memory_bytes,
+        "processes": policy.max_processes,
+        "open_files": policy.max_open_files,
+        "file_size": policy.max_file_size_bytes,
+        "output": policy.max_output_bytes,
+    }
+    return values.get(resource)
+
+
+def over_limit(tool: str, policy: ResourcePolicy, resource: str, usage: Usage) -> OverLimit | None:
+    """`OverLimit` for `resource`, or None when the policy sets no such limit (not our limit)."""
+    limit = _policy_limit(policy, resource)
+    return None if limit is None else OverLimit(tool=tool, usage=usage, resource=resource, limit=limit)
+
+
+def from_exit(
+    tool: str, policy: ResourcePolicy, status: int | None, limit_hit: str | None, usage: Usage, stderr_tail: str
+) -> ToolOutcome:
+    """The outcome of a worker that died on its own before replying.
+
+    A cgroup limit the cage saw wins; then SIGXCPU, or SIGKILL once the CPU limit was used up (the
+    hard RLIMIT_CPU), means the CPU limit; anything else is a crash with the signal or exit code.
+    """
+    if limit_hit is not None and (hit := over_limit(tool, policy, limit_hit, usage)) is not None:
+        return hit
+    sig = os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status) else None
+    cpu_spent = policy.cpu_s is not None and usage.cpu_s >= policy.cpu_s
+    if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_spent):
+        return over_limit(tool, policy, "cpu", usage) or Crashed(tool=tool, usage=usage, signal=sig)
+    code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+    reason = "" if sig is not None or code is not None else "worker vanished (exit status unknown)"
+    return Crashed(tool=tool, usage=usage, signal=sig, exit_code=code, reason=reason, stderr_tail=stderr_tail)

@@ -1,1 +1,32 @@
-"""stockade.supervisor"""
+"""stockade.supervisor: runs a session's tool calls in sandboxed workers.
+
+Public API: `SessionRunner` (runner.py), `CallRecord` and `RunEnd` (records.py), and the error tree
+in errors.py (`SupervisorError`, `ReconnectLimitExceeded`). The names load lazily, so importing a
+pure submodule (the view, the gate) does not pay for importing `anthropic`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stockade.supervisor.errors import ReconnectLimitExceeded, SupervisorError
+    from stockade.supervisor.records import CallRecord, RunEnd
+    from stockade.supervisor.runner import SessionRunner
+
+__all__ = ["CallRecord", "ReconnectLimitExceeded", "RunEnd", "SessionRunner", "SupervisorError"]
+
+_HOMES = {
+    "CallRecord": "records",
+    "RunEnd": "records",
+    "SessionRunner": "runner",
+    "ReconnectLimitExceeded": "errors",
+    "SupervisorError": "errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"stockade.supervisor.{_HOMES[name]}"), name)

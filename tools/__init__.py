@@ -1,1 +1,20 @@
-"""stockade.tools"""
+"""stockade.tools: the tool model (`@tool`, `Tool`, `ToolError`, `ToolContext`), tool references,
+command tools and the sandboxed `agent_toolset_20260401` (`stockade.tools.builtin`).
+
+Imports only the stdlib and msgspec (psutil optionally), never `anthropic`, `stockade.sandbox` or
+`stockade.supervisor`: a worker imports it before running tools.
+"""
+
+from stockade.tools.base import BadResult, FunctionTool, Tool, ToolContext, ToolError, tool
+from stockade.tools.registry import ToolLoadError, load_tools
+
+__all__ = [
+    "BadResult",
+    "FunctionTool",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolLoadError",
+    "load_tools",
+    "tool",
+]

@@ -5,8 +5,12 @@ CONTRACT (used by stockade.sandbox.worker; keep these signatures):
   which returns the result converted to session content blocks (runner rule J4, "(no output)"), or raises
   `ToolError` (deliberate error content, `.blocks()` gives its blocks), `BadResult` (the tool returned
   junk; its message is the error text), or any other exception (the worker reports `repr(exc)`).
-- `ToolContext`: `workdir` (pathlib.Path), `thread` (session thread id or None), `call_id`.
-This file is a minimal first version; the tools issue fleshes it out.
+- `ToolContext`: `workdir` (pathlib.Path), `thread` (session thread id or None), `call_id`, and
+  optionally `timeout_s` (the call's wall budget, so tools with their own timeout stay inside it) and
+  `roots` (directories outside the workdir the file tools may also reach).
+
+Errors: `ToolError` (deliberate, content passed through), `BadResult` (junk result), and
+`ValueError("Invalid arguments for function NAME: ...")` for an input that does not fit the signature.
 """
 
 from __future__ import annotations
@@ -16,13 +20,12 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
-__all__ = ["BadResult", "Tool", "ToolContext", "ToolError", "tool"]
+from stockade.tools.content import NO_OUTPUT, BadResult, to_content, well_formed
+from stockade.tools.schema import Signature, parse_docstring, signature_of
 
-
-class BadResult(Exception):
-    """The tool returned something that is neither a string nor content blocks."""
+__all__ = ["BadResult", "FunctionTool", "Tool", "ToolContext", "ToolError", "run_sync_or_async", "tool"]
 
 
 class ToolError(Exception):
@@ -33,10 +36,13 @@ class ToolError(Exception):
         self.content = content
 
     def blocks(self) -> list[dict[str, Any]]:
-        """The error content as content blocks."""
+        """The error content as content blocks; an empty error reads "(no output)"."""
         if isinstance(self.content, str):
-            return [{"type": "text", "text": self.content}]
-        return self.content
+            return [{"type": "text", "text": well_formed(self.content) or NO_OUTPUT}]
+        try:
+            return to_content("error", self.content)
+        except BadResult:
+            return [{"type": "text", "text": repr(self.content)}]
 
 
 @dataclass(frozen=True)
@@ -46,33 +52,112 @@ class ToolContext:
     workdir: Path
     thread: str | None = None
     call_id: str = ""
+    timeout_s: float | None = None
+    """The call's wall-clock budget, when the sandbox states it."""
+    roots: tuple[Path, ...] = ()
+    """Directories outside `workdir` that file tools may also reach."""
 
 
-@dataclass(frozen=True)
 class Tool:
-    """A callable tool with its name, description and input JSON schema."""
+    """A callable tool with its name, description and input JSON schema.
 
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    fn: Callable[..., Any]
+    `Tool(name, description, input_schema, fn)` wraps `fn(**input)` as is; subclasses override `call`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        input_schema: dict[str, Any],
+        fn: Callable[..., Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.input_schema = input_schema
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def call(self, input: dict[str, Any], ctx: ToolContext) -> object:
+        """Run the tool and return its raw result (a string, blocks, or None)."""
+        if self.fn is None:
+            raise NotImplementedError(f"tool {self.name!r} has no function")
+        return run_sync_or_async(self.fn(**input))
 
     def invoke(self, input: dict[str, Any], ctx: ToolContext) -> list[dict[str, Any]]:
-        """Call the tool with `input` as keyword arguments; returns content blocks."""
-        result = self.fn(**input)
-        if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
-        if isinstance(result, str):
-            return [{"type": "text", "text": result or "(no output)"}]
-        raise BadResult(f"tool '{self.name}' returned neither a string nor content blocks")
+        """Call the tool with `input`; returns session content blocks (rule J4)."""
+        return to_content(self.name, self.call(input, ctx))
+
+    def close(self) -> None:
+        """Release what the tool holds (processes, files); the worker calls it once at exit."""
+
+
+class FunctionTool(Tool):
+    """A tool made by `@tool` from a sync or async function."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        description: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+    ) -> None:
+        doc_description, arg_docs = parse_docstring(fn.__doc__)
+        self.signature: Signature = signature_of(fn, arg_docs, ToolContext)
+        super().__init__(
+            name or fn.__name__,
+            doc_description if description is None else description,
+            self.signature.input_schema if input_schema is None else input_schema,
+            fn,
+        )
+
+    def call(self, input: dict[str, Any], ctx: ToolContext) -> object:
+        """Validate `input` against the signature, then call the function (with `ctx` if it asks)."""
+        if not isinstance(input, dict):
+            raise TypeError(f"Input must be a dictionary, got {type(input).__name__}")
+        kwargs = self.signature.validate(self.name, input)
+        if self.signature.ctx_param is not None:
+            kwargs[self.signature.ctx_param] = ctx
+        assert self.fn is not None
+        return run_sync_or_async(self.fn(**kwargs))
+
+
+def run_sync_or_async(result: object) -> object:
+    """`result`, or what it resolves to when it is awaitable (run on a fresh event loop)."""
+    if inspect.isawaitable(result):
+        return asyncio.run(_await(result))
+    return result
 
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def tool(fn: Callable[..., Any]) -> Tool:
-    """Make a tool from a function (minimal: every parameter is a string)."""
-    params = inspect.signature(fn).parameters
-    schema = {"type": "object", "properties": {n: {"type": "string"} for n in params}, "required": list(params)}
-    return Tool(fn.__name__, inspect.getdoc(fn) or "", schema, fn)
+@overload
+def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, input_schema: dict[str, Any] | None = None
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    input_schema: dict[str, Any] | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool from a function: `@tool` or `@tool(name=..., description=..., input_schema=...)`.
+
+    The schema comes from the type hints and the docstring's `Args:` section (unless `input_schema`
+    is given; inputs are still checked against the signature); a parameter annotated `ToolContext`
+    receives the call's context and is not part of the schema.
+    """
+    if fn is not None:
+        return FunctionTool(fn, name, description, input_schema)
+
+    def make(func: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(func, name, description, input_schema)
+
+    return make

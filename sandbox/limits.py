@@ -1,0 +1,140 @@
+"""Per-process limits of a worker: rlimits, the scrubbed environment, and the result-size cap.
+
+`apply_rlimits` runs in the worker before any tool code is imported. `worker_env` runs in the
+supervisor and builds the worker's whole environment from an allowlist, so secrets such as
+`ANTHROPIC_API_KEY` never reach a worker unless a policy passes them through by name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from stockade.sandbox.policy import ResourcePolicy
+
+__all__ = [
+    "BASE_ENV_ALLOWLIST",
+    "CPU_HARD_MARGIN_S",
+    "apply_rlimits",
+    "set_call_cpu_budget",
+    "truncate_blocks",
+    "warm_cpu_exhausted",
+    "worker_env",
+]
+
+BASE_ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "TZ")
+"""Variables copied from the supervisor's environment into every worker (when set)."""
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+CPU_HARD_MARGIN_S = 1
+"""RLIMIT_CPU hard = soft + this: SIGXCPU at the soft limit, SIGKILL a second later if ignored."""
+WARM_CPU_RESERVE_FRACTION = 0.8
+"""A warm worker is retired once it has used this share of the margin: the hard limit cannot be
+raised again (no CAP_SYS_RESOURCE), so later calls would get less than their full CPU budget."""
+
+
+def _limit(kind: int, value: int) -> None:
+    """Lower one rlimit to `value` (soft and hard), never above the current hard limit."""
+    _, hard = resource.getrlimit(kind)
+    capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(kind, (capped, capped))
+
+
+def apply_rlimits(policy: ResourcePolicy, limit_address_space: bool) -> None:
+    """Apply the policy's rlimits to this process (and so to everything it starts).
+
+    `limit_address_space` sets RLIMIT_AS to the memory limit: the fallback when no cgroup bounds
+    the tree's memory (RLIMIT_AS is per process and breaks some native libraries).
+    """
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if policy.cpu_s is not None:
+        soft = math.ceil(policy.cpu_s)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + CPU_HARD_MARGIN_S))
+    if policy.max_open_files is not None:
+        _limit(resource.RLIMIT_NOFILE, policy.max_open_files)
+    if policy.max_file_size_bytes is not None:
+        _limit(resource.RLIMIT_FSIZE, policy.max_file_size_bytes)
+    if policy.max_processes is not None:
+        # Only binds for a non-root uid, and counts every process of that uid host-wide.
+        _limit(resource.RLIMIT_NPROC, policy.max_processes)
+    if limit_address_space and policy.memory_bytes is not None:
+        _limit(resource.RLIMIT_AS, policy.memory_bytes)
+
+
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def set_call_cpu_budget(policy: ResourcePolicy) -> None:
+    """Give the next call `policy.cpu_s` CPU seconds on top of what this process already used."""
+    if policy.cpu_s is None:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    soft = math.ceil(_own_cpu_s()) + math.ceil(policy.cpu_s)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def warm_cpu_exhausted(policy: ResourcePolicy, worker_cpu_s: float) -> bool:
+    """Whether a worker that used `worker_cpu_s` of CPU can no longer give a call its full budget."""
+    return policy.cpu_s is not None and worker_cpu_s >= CPU_HARD_MARGIN_S * WARM_CPU_RESERVE_FRACTION
+
+
+def worker_env(
+    policy: ResourcePolicy, workdir: str, extra: Mapping[str, str], source: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """The complete environment of a worker: the allowlist, the policy's passthrough, `extra`."""
+    env = {name: source[name] for name in (*BASE_ENV_ALLOWLIST, *policy.env_passthrough) if name in source}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(HOME=workdir, TMPDIR=workdir)
+    env.update(extra)
+    return env
+
+
+def _marker(shown: int, total: int) -> str:
+    return f"\n[stockade: output truncated: {shown} of {total} bytes shown]"
+
+
+def _block_size(block: dict[str, Any]) -> int:
+    if block.get("type") == "text" and isinstance(block.get("text"), str):
+        return len(block["text"].encode())
+    return len(msgspec.msgpack.encode(block))
+
+
+def truncate_blocks(blocks: list[dict[str, Any]], max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
+    """Cut `blocks` to about `max_bytes` (text bytes; encoded size for other blocks).
+
+    Text is cut at a character boundary; blocks past the budget are dropped; a marker saying how
+    much was shown is appended, so nothing disappears silently. Raises `TypeError` if a block
+    cannot be serialised.
+    """
+    sizes = [_block_size(block) for block in blocks]
+    total = sum(sizes)
+    if total <= max_bytes:
+        return blocks, False
+    kept: list[dict[str, Any]] = []
+    budget = max_bytes
+    for block, size in zip(blocks, sizes, strict=True):
+        if size <= budget:
+            kept.append(block)
+            budget -= size
+        elif block.get("type") == "text" and budget > 0:
+            cut = block["text"].encode()[:budget].decode(errors="ignore")
+            kept.append({**block, "text": cut})
+            budget -= len(cut.encode())
+            break
+        else:
+            break
+    marker = _marker(max_bytes - budget, total)
+    if kept and kept[-1].get("type") == "text":
+        kept[-1] = {**kept[-1], "text": kept[-1]["text"] + marker}
+    else:
+        kept.append({"type": "text", "text": marker.lstrip("\n")})
+    return kept, True

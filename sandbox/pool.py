@@ -1,0 +1,368 @@
+"""The sandbox: warm worker pools per policy, calls with a hard deadline, outcomes as values.
+
+`Sandbox.run` never raises for tool misbehaviour: a tool that raises, hangs, crashes, floods or
+breaks the protocol becomes an outcome, and its worker is killed (never reused). Healthy workers go
+back to their policy's pool until `max_calls_per_worker`; a policy with `worker_lifetime="thread"`
+pins one worker per session thread (stateful tools), killed at `end_thread`. A global `max_workers`
+caps live workers; idle ones are evicted first.
+
+Errors: `ToolLoadFailed` (from `describe`: a reference could not be loaded, or no worker started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import psutil
+
+from stockade.sandbox import isolation, limits, tree
+from stockade.sandbox.isolation import CageUsage
+from stockade.sandbox.outcome import Completed, Crashed, Failed, TimedOut, ToolOutcome, Usage, from_exit, over_limit
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.protocol import Described, DescribeTools, FromWorker, RunTool, ToolFailed, ToolInfo, ToolOk
+from stockade.sandbox.spawn import (
+    WorkerDied,
+    WorkerError,
+    WorkerProcess,
+    WorkerProtocolError,
+    WorkerStartError,
+    WorkerTimeout,
+)
+
+__all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
+
+log = logging.getLogger(__name__)
+
+ThreadKey = tuple[ResourcePolicy, str]
+
+
+class ToolLoadFailed(Exception):
+    """Tool references could not be described (import error, bad reference, worker start failure)."""
+
+
+class CallRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call: which tool (`name` from reference `ref`) with which input."""
+
+    call_id: str
+    name: str
+    ref: str
+    input: dict[str, Any] = {}
+
+
+class Sandbox:
+    """Runs tool calls in sandboxed worker processes; use as `async with Sandbox(...) as sb`."""
+
+    def __init__(
+        self,
+        policies: Mapping[str, ResourcePolicy] | None = None,
+        default: ResourcePolicy | None = None,
+        max_workers: int | None = None,
+    ) -> None:
+        self.policies = dict(policies or {})
+        self.default = default if default is not None else ResourcePolicy()
+        self.marker = f"sbx{uuid.uuid4().hex[:12]}"
+        """Prefix of every worker id (and so of every worker's marker env var)."""
+        self._ids = itertools.count(1)
+        self._idle: dict[ResourcePolicy, list[WorkerProcess]] = {}
+        self._pinned: dict[ThreadKey, WorkerProcess] = {}
+        self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
+        self._live: set[WorkerProcess] = set()
+        self._slots = asyncio.Semaphore(max_workers) if max_workers is not None else None
+        self._background: set[asyncio.Task[None]] = set()
+        self._isolation: dict[str, str] = {}
+        self._closed = False
+        tree.become_subreaper()
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def policy_for(self, name: str) -> ResourcePolicy:
+        """The policy a tool named `name` runs under."""
+        return self.policies.get(name, self.default)
+
+    def report(self) -> dict[str, str]:
+        """Per isolation layer: "on", "off: why" or "unavailable: reason" (probe + last worker)."""
+        status = isolation.probe()
+        report = {name: "on" if s.available else f"unavailable: {s.reason}" for name, s in status.items()}
+        report.update(self._isolation)
+        return report
+
+    # Workers
+
+    async def _take_slot(self) -> None:
+        if self._slots is None:
+            return
+        while self._slots.locked():
+            victim = next((w for idle in self._idle.values() for w in idle), None)
+            if victim is None:
+                break
+            self._idle[victim.policy].remove(victim)
+            await self._discard(victim, 0.0)
+        await self._slots.acquire()
+
+    async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
+        await self._take_slot()
+        worker: WorkerProcess | None = None
+        try:
+            worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}")
+            self._live.add(worker)
+            await worker.start()
+        except BaseException:
+            if worker is not None:
+                self._forget(worker)
+            elif self._slots is not None:
+                self._slots.release()
+            raise
+        self._isolation = worker.isolation
+        log.debug("worker_started id=%s pid=%d", worker.worker_id, worker.pid)
+        return worker
+
+    def _forget(self, worker: WorkerProcess) -> None:
+        if worker in self._live:
+            self._live.discard(worker)
+            if self._slots is not None:
+                self._slots.release()
+
+    async def _discard(self, worker: WorkerProcess, grace_s: float) -> None:
+        """Kill a worker's tree and drop it from every table."""
+        self._forget(worker)
+        for key, pinned in list(self._pinned.items()):
+            if pinned is worker:
+                del self._pinned[key]
+        await worker.kill(grace_s)
+
+    def _in_background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _refill(self, policy: ResourcePolicy) -> None:
+        """Start a warm worker for `policy` if its pool is short and a slot is free."""
+        idle = self._idle.setdefault(policy, [])
+        if self._closed or len(idle) >= policy.pool_size or (self._slots is not None and self._slots.locked()):
+            return
+        with contextlib.suppress(WorkerStartError):
+            worker = await self._spawn(policy)
+            if self._closed:
+                await self._discard(worker, 0.0)
+            else:
+                idle.append(worker)
+
+    async def _acquire(self, policy: ResourcePolicy) -> WorkerProcess:
+        idle = self._idle.setdefault(policy, [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive:
+                return worker
+            await self._discard(worker, 0.0)
+        return await self._spawn(policy)
+
+    def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
+        """Return a worker to its pool, or retire it (in the background when it is healthy)."""
+        policy = worker.policy
+        worn = worker.calls >= policy.max_calls_per_worker or limits.warm_cpu_exhausted(policy, worker.worker_cpu_s)
+        idle = self._idle.setdefault(policy, [])
+        if healthy and not worn and not self._closed and (pinned or len(idle) < policy.pool_size):
+            if not pinned:
+                idle.append(worker)
+            return
+        self._in_background(self._discard(worker, 0.0))
+        if not pinned:
+            self._in_background(self._refill(policy))
+
+    # Calls
+
+    async def run(self, request: CallRequest, thread: str | None = None) -> ToolOutcome:
+        """Run one call to its outcome; never raises for tool misbehaviour.
+
+        If the awaiting task is cancelled, the call's tree is killed and CancelledError propagates.
+        """
+        policy = self.policy_for(request.name)
+        if policy.worker_lifetime == "thread" and thread is not None:
+            key = (policy, thread)
+            async with self._thread_locks.setdefault(key, asyncio.Lock()):
+                return await self._run_pinned(key, request)
+        try:
+            worker = await self._acquire(policy)
+        except WorkerStartError as exc:
+            return _start_failure(request.name, exc)
+        # A thread-lifetime tool called outside any thread is pooled like any other (no kept state).
+        return await self._call(worker, request, thread, pinned=False)
+
+    async def _run_pinned(self, key: ThreadKey, request: CallRequest) -> ToolOutcome:
+        worker = self._pinned.get(key)
+        if worker is None or not worker.alive:
+            try:
+                worker = self._pinned[key] = await self._spawn(key[0])
+            except WorkerStartError as exc:
+                return _start_failure(request.name, exc)
+        return await self._call(worker, request, key[1], pinned=True)
+
+    async def _call(
+        self, worker: WorkerProcess, request: CallRequest, thread: str | None, pinned: bool
+    ) -> ToolOutcome:
+        policy = worker.policy
+        message = RunTool(
+            request.call_id, request.ref, request.name, request.input, worker.workdir, thread, sweep=not pinned
+        )
+        started = time.monotonic()
+        worker.calls += 1
+        worker.cage.reset_peak()
+        try:
+            reply = await worker.exchange(message, started + policy.wall_timeout_s)
+        except asyncio.CancelledError:
+            self._forget(worker)
+            worker.kill_now()
+            raise
+        except WorkerError as exc:
+            outcome = await self._abnormal_end(worker, request.name, exc, started)
+        else:
+            outcome = await self._reply_outcome(worker, request, reply, started)
+        self._release(worker, healthy=isinstance(outcome, Completed | Failed), pinned=pinned)
+        log.info("call_done call_id=%s tool=%s outcome=%s", request.call_id, request.name, outcome.kind)
+        return outcome
+
+    def _usage(
+        self, worker: WorkerProcess, started: float, cpu_s: float, rss: int, cage: CageUsage | None = None
+    ) -> Usage:
+        cage = worker.cage.usage() if cage is None else cage
+        return Usage(
+            wall_s=time.monotonic() - started,
+            cpu_s=cage.cpu_s if cage.cpu_s is not None else cpu_s,
+            max_rss_bytes=cage.max_rss_bytes if cage.max_rss_bytes is not None else rss,
+        )
+
+    async def _reply_outcome(
+        self, worker: WorkerProcess, request: CallRequest, reply: FromWorker, started: float
+    ) -> ToolOutcome:
+        if not isinstance(reply, ToolOk | ToolFailed) or reply.call_id != request.call_id:
+            error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
+            return await self._abnormal_end(worker, request.name, error, started)
+        worker.worker_cpu_s = reply.usage.worker_cpu_s
+        usage = self._usage(worker, started, reply.usage.cpu_s, reply.usage.max_rss_bytes)
+        if isinstance(reply, ToolOk):
+            return Completed(tool=request.name, usage=usage, blocks=reply.blocks, truncated=reply.truncated)
+        hit = over_limit(request.name, worker.policy, reply.resource, usage) if reply.resource else None
+        if hit is not None:
+            return hit
+        return Failed(
+            tool=request.name, usage=usage, error_type=reply.error_type, message=reply.message, blocks=reply.blocks
+        )
+
+    async def _abnormal_end(
+        self, worker: WorkerProcess, tool: str, error: WorkerError, started: float
+    ) -> ToolOutcome:
+        """Kill the worker's tree and say how the call ended."""
+        policy = worker.policy
+        grace_s = policy.grace_s if isinstance(error, WorkerTimeout) else 0.0
+        limit_hit = worker.cage.limit_hit()
+        cpu_before_kill = _tree_cpu_s(worker)
+        cage = worker.cage.usage()  # Before the kill: closing the cage drops its accounting.
+        await self._discard(worker, grace_s)
+        cpu_s = max(cpu_before_kill, _rusage_cpu_s(worker))
+        usage = self._usage(worker, started, cpu_s, _rusage_rss_bytes(worker), cage)
+        if isinstance(error, WorkerTimeout):
+            return TimedOut(tool=tool, usage=usage, timeout_s=policy.wall_timeout_s)
+        stderr = await worker.stderr_tail()
+        if isinstance(error, WorkerDied):
+            return from_exit(tool, policy, error.status, limit_hit, usage, stderr)
+        return Crashed(tool=tool, usage=usage, reason=f"protocol error: {error}", stderr_tail=stderr)
+
+    # Describe, threads, shutdown
+
+    async def describe(self, refs: Sequence[str]) -> list[ToolInfo]:
+        """Import `refs` in a worker and describe their tools; raises `ToolLoadFailed`."""
+        policy = self.default
+        try:
+            worker = await self._acquire(policy)
+        except WorkerStartError as exc:
+            raise ToolLoadFailed(f"no worker could start to describe tools: {exc}") from None
+        deadline = time.monotonic() + policy.startup_timeout_s
+        try:
+            reply = await worker.exchange(DescribeTools(list(refs)), deadline)
+        except asyncio.CancelledError:
+            self._forget(worker)
+            worker.kill_now()
+            raise
+        except WorkerError as exc:
+            await self._discard(worker, 0.0)
+            raise ToolLoadFailed(f"describing {list(refs)} failed: {exc}") from None
+        if not isinstance(reply, Described):
+            await self._discard(worker, 0.0)
+            raise ToolLoadFailed(f"describing {list(refs)} failed: unexpected {type(reply).__name__}")
+        self._release(worker, healthy=True, pinned=False)
+        if reply.error is not None:
+            raise ToolLoadFailed(reply.error)
+        return reply.tools
+
+    async def end_thread(self, thread: str) -> None:
+        """Kill the workers pinned to session thread `thread`."""
+        for key in [key for key in self._pinned if key[1] == thread]:
+            await self._discard(self._pinned[key], 0.0)
+            self._thread_locks.pop(key, None)
+
+    async def aclose(self) -> None:
+        """Kill every worker and whatever they left running. Idempotent."""
+        self._closed = True
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
+        self._idle.clear()
+        await asyncio.to_thread(tree.sweep_marked, self.marker)
+
+
+def _start_failure(tool: str, error: WorkerStartError) -> ToolOutcome:
+    if error.refused:
+        return Failed(tool=tool, error_type="IsolationUnavailable", message=f"tool '{tool}' refused: {error}")
+    return Crashed(tool=tool, reason=str(error))
+
+
+def _tree_cpu_s(worker: WorkerProcess) -> float:
+    """CPU the worker (and its reaped children) used during this call, read while it lives."""
+    try:
+        times = psutil.Process(worker.pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return max(0.0, times.user + times.system + times.children_user + times.children_system - worker.worker_cpu_s)
+
+
+def _rusage_cpu_s(worker: WorkerProcess) -> float:
+    usage = worker.rusage
+    return 0.0 if usage is None else max(0.0, usage.ru_utime + usage.ru_stime - worker.worker_cpu_s)
+
+
+def _rusage_rss_bytes(worker: WorkerProcess) -> int:
+    return 0 if worker.rusage is None else worker.rusage.ru_maxrss * 1024
+
+
+def run_call_sync(
+    name: str,
+    input: dict[str, Any],
+    refs: Sequence[str],
+    policy: ResourcePolicy | None = None,
+    policies: Mapping[str, ResourcePolicy] | None = None,
+) -> ToolOutcome:
+    """Run one call from blocking code: describe `refs` to find `name`, run it, close."""
+
+    async def go() -> ToolOutcome:
+        async with Sandbox(policies, default=policy) as sandbox:
+            infos = await sandbox.describe(refs)
+            ref = next((info.ref for info in infos if info.name == name), None)
+            if ref is None:
+                message = f"no tool named {name!r} in {list(refs)}"
+                return Failed(tool=name, error_type="UnknownTool", message=message)
+            return await sandbox.run(CallRequest(call_id=f"sync-{uuid.uuid4().hex}", name=name, ref=ref, input=input))
+
+    return asyncio.run(go())

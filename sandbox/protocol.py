@@ -1,0 +1,172 @@
+"""Messages between the supervisor and a sandbox worker.
+
+Every message is a tagged, frozen `msgspec.Struct` with an explicit snake_case tag that rejects unknown
+fields. The worker speaks first: `Ready` carries `PROTOCOL_VERSION` and the worker's isolation report
+(or `Refused`, when a required isolation layer is missing). Then the supervisor sends one request at a
+time and the worker answers each with exactly one reply.
+
+The worker's start-up settings travel as a `WorkerConfig` in its argv (JSON).
+Supervisor → worker (`ToWorker`): `RunTool`, `DescribeTools`, `Shutdown`.
+Worker → supervisor (`FromWorker`): `Ready`, `Refused`, `ToolOk`, `ToolFailed`, `Described`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from stockade.sandbox.policy import ResourcePolicy
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CallUsage",
+    "Described",
+    "DescribeTools",
+    "FromWorker",
+    "Ready",
+    "Refused",
+    "RunTool",
+    "Shutdown",
+    "ToWorker",
+    "ToolFailed",
+    "ToolInfo",
+    "ToolOk",
+    "WorkerConfig",
+    "decode_from_worker",
+    "decode_to_worker",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+
+Block = dict[str, Any]
+
+
+class _Message(msgspec.Struct, frozen=True, forbid_unknown_fields=True, tag_field="type"):
+    """Base of every pipe message: tagged by `type`, strict about its fields."""
+
+
+class ToolInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What a tool reference provides: one tool's name, description and JSON input schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    ref: str
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How a worker starts (JSON in its argv): its policy, pipe fds, workdir and memory fallback."""
+
+    policy: ResourcePolicy
+    request_fd: int
+    reply_fd: int
+    workdir: str
+    limit_address_space: bool
+
+
+# Supervisor → worker
+
+
+class RunTool(_Message, frozen=True, tag="run_tool"):
+    """Run tool `name` from reference `ref` with `input`, in `workdir`.
+
+    `sweep` asks the worker to kill every process the tool left behind once it returns (pooled
+    workers); a worker pinned to a session thread keeps them (a stateful tool's shell lives there).
+    """
+
+    call_id: str
+    ref: str
+    name: str
+    input: dict[str, Any]
+    workdir: str
+    thread: str | None = None
+    sweep: bool = True
+
+
+class DescribeTools(_Message, frozen=True, tag="describe_tools"):
+    """Import each reference and describe the tools it names."""
+
+    refs: list[str]
+
+
+class Shutdown(_Message, frozen=True, tag="shutdown"):
+    """Exit cleanly."""
+
+
+# Worker → supervisor
+
+
+class Ready(_Message, frozen=True, tag="ready"):
+    """The handshake: limits and isolation are applied; the worker waits for requests."""
+
+    version: int
+    pid: int
+    isolation: dict[str, str]
+
+
+class Refused(_Message, frozen=True, tag="refused"):
+    """The worker could not apply a required isolation layer and will exit."""
+
+    version: int
+    message: str
+
+
+class CallUsage(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What one call cost, measured by the worker: CPU of the worker and its reaped children during
+    the call, the worker's peak RSS during the call, and the worker's lifetime CPU (for recycling)."""
+
+    cpu_s: float = 0.0
+    max_rss_bytes: int = 0
+    worker_cpu_s: float = 0.0
+
+
+class ToolOk(_Message, frozen=True, tag="tool_ok"):
+    """The tool returned; `blocks` is its (possibly truncated) result."""
+
+    call_id: str
+    blocks: list[Block]
+    truncated: bool = False
+    usage: CallUsage = CallUsage()
+
+
+class ToolFailed(_Message, frozen=True, tag="tool_failed"):
+    """The tool raised. `resource` names a limit the failure points to (`memory`, `file_size`, ...)."""
+
+    call_id: str
+    error_type: str
+    message: str
+    blocks: list[Block] | None = None
+    resource: str | None = None
+    usage: CallUsage = CallUsage()
+
+
+class Described(_Message, frozen=True, tag="described"):
+    """The answer to `DescribeTools`: the tools, or why a reference could not be loaded."""
+
+    tools: list[ToolInfo]
+    error: str | None = None
+
+
+ToWorker = RunTool | DescribeTools | Shutdown
+FromWorker = Ready | Refused | ToolOk | ToolFailed | Described
+
+_encoder = msgspec.msgpack.Encoder()
+_to_worker = msgspec.msgpack.Decoder(ToWorker)
+_from_worker = msgspec.msgpack.Decoder(FromWorker)
+
+
+def encode(message: ToWorker | FromWorker) -> bytes:
+    """Encode one message as a msgpack payload (without the frame header)."""
+    return _encoder.encode(message)
+
+
+def decode_to_worker(payload: bytes) -> ToWorker:
+    """Decode a supervisor → worker payload; raises `msgspec.DecodeError` on anything else."""
+    return _to_worker.decode(payload)
+
+
+def decode_from_worker(payload: bytes) -> FromWorker:
+    """Decode a worker → supervisor payload; raises `msgspec.DecodeError` on anything else."""
+    return _from_worker.decode(payload)

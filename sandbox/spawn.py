@@ -1,0 +1,311 @@
+"""Start a worker process and talk to it: the supervisor's handle on one worker.
+
+A worker is exec'd (`python -m stockade.sandbox.worker`, never a bare fork of the threaded
+supervisor) in a new session, with stdin on /dev/null, a scrubbed environment, and two pipes passed
+as fds. Its stdout and stderr are drained into bounded tail buffers. Its exit is watched through a
+pidfd, so a death is noticed at once even when a grandchild still holds the pipes open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import msgspec
+
+from stockade.sandbox import isolation, limits, tree
+from stockade.sandbox.framing import FrameError, PeerClosed, frame, read_frame
+from stockade.sandbox.isolation import Cage
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.protocol import (
+    PROTOCOL_VERSION,
+    FromWorker,
+    Ready,
+    Refused,
+    ToWorker,
+    WorkerConfig,
+    decode_from_worker,
+    encode,
+)
+
+__all__ = [
+    "FRAME_OVERHEAD_BYTES",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerProcess",
+    "WorkerProtocolError",
+    "WorkerStartError",
+    "WorkerTimeout",
+]
+
+FRAME_OVERHEAD_BYTES = 1 << 20
+"""Room above `max_output_bytes` for a reply's envelope (markers, non-text block encoding)."""
+STDERR_TAIL_BYTES = 8 << 10
+STDOUT_TAIL_BYTES = 4 << 10
+EXIT_AFTER_EOF_S = 0.25
+"""After the reply pipe closes, how long the worker may take to exit before it counts as hung."""
+PIPE_DRAIN_S = 0.3
+"""After a death, how long to wait for the last stderr bytes (a grandchild may hold the pipe)."""
+READ_LIMIT_BYTES = 256 << 10
+"""Buffer of the reply reader; reading pauses above it, so a flood cannot grow our memory."""
+
+log = logging.getLogger(__name__)
+
+
+class WorkerError(Exception):
+    """A worker did not answer a request normally."""
+
+
+class WorkerTimeout(WorkerError):
+    """No reply before the deadline."""
+
+
+class WorkerDied(WorkerError):
+    """The worker exited before it replied; `status` is its wait status if it could be read."""
+
+    def __init__(self, status: int | None) -> None:
+        super().__init__(f"worker exited (wait status {status})")
+        self.status = status
+
+
+class WorkerProtocolError(WorkerError):
+    """The worker broke the protocol (garbage, oversize frame, closed pipe, wrong reply)."""
+
+
+class WorkerStartError(WorkerError):
+    """The worker refused to start, died during start-up, or did not report Ready in time."""
+
+    def __init__(self, message: str, *, refused: bool = False, status: int | None = None) -> None:
+        super().__init__(message)
+        self.refused = refused
+        self.status = status
+
+
+class TailBuffer(asyncio.Protocol):
+    """Drains a pipe, keeping only its last `cap` bytes; `closed` resolves at EOF."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.total += len(data)
+        self.data += data
+        del self.data[: -self.cap]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace")
+
+
+def _make_workdir(policy: ResourcePolicy) -> tuple[str, bool]:
+    """The worker's working directory, and whether it is ours to delete."""
+    if policy.workdir is not None:
+        os.makedirs(policy.workdir, exist_ok=True)
+        return policy.workdir, False
+    return tempfile.mkdtemp(prefix="stockade-"), True
+
+
+def _limit_address_space() -> bool:
+    """RLIMIT_AS is only the fallback for hosts where no cgroup layer bounds memory."""
+    return not any(name.startswith("cgroup") and s.available for name, s in isolation.probe().items())
+
+
+class WorkerProcess:
+    """One live worker process: its pipes, its cage, its exit."""
+
+    def __init__(self, policy: ResourcePolicy, worker_id: str) -> None:
+        self.policy = policy
+        self.worker_id = worker_id
+        self.calls = 0
+        self.worker_cpu_s = 0.0
+        self.isolation: dict[str, str] = {}
+        self.workdir, self._own_workdir = _make_workdir(policy)
+        self.cage = Cage.create(policy, worker_id)
+        self.max_reply_bytes = policy.max_output_bytes + FRAME_OVERHEAD_BYTES
+        self.status: int | None = None
+        self.rusage: resource.struct_rusage | None = None
+        self._closed = False
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.done()
+
+    def _popen_args(self, request_fd: int, reply_fd: int) -> list[str]:
+        config = WorkerConfig(self.policy, request_fd, reply_fd, self.workdir, _limit_address_space())
+        # -P: no script/cwd entry on sys.path (a tool could plant modules in its workdir); -s: no user site.
+        return [sys.executable, "-P", "-s", "-m", "stockade.sandbox.worker", msgspec.json.encode(config).decode()]
+
+    async def start(self) -> None:
+        """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
+        loop = asyncio.get_running_loop()
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = limits.worker_env(self.policy, self.workdir, {**self.cage.preexec_env(), tree.MARKER_ENV: self.worker_id})
+        try:
+            self._popen = self._spawn(req_r, rep_w, env)
+        except BaseException:
+            os.close(req_w)
+            os.close(rep_r)
+            self._release_resources()
+            raise
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self.cage.attach(self.pid)
+        self.exited: asyncio.Future[int | None] = loop.create_future()
+        self._pidfd = os.pidfd_open(self.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
+        await self._connect(loop, req_w, rep_r)
+        await self._handshake()
+
+    def _spawn(self, req_r: int, rep_w: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self._popen_args(req_r, rep_w),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(req_r, rep_w),
+            start_new_session=True,
+            env=env,
+            cwd=self.workdir,
+        )
+
+    async def _connect(self, loop: asyncio.AbstractEventLoop, req_w: int, rep_r: int) -> None:
+        assert self._popen.stdout is not None and self._popen.stderr is not None
+        out, self.stdout = await loop.connect_read_pipe(lambda: TailBuffer(STDOUT_TAIL_BYTES), self._popen.stdout)
+        err, self.stderr = await loop.connect_read_pipe(lambda: TailBuffer(STDERR_TAIL_BYTES), self._popen.stderr)
+        self._reader = asyncio.StreamReader(limit=READ_LIMIT_BYTES)
+        rep, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(self._reader), os.fdopen(rep_r, "rb", buffering=0)
+        )
+        # StreamReaderProtocol brings the flow control that StreamWriter.drain() needs.
+        req, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(req_w, "wb", buffering=0)
+        )
+        self._writer = asyncio.StreamWriter(req, protocol, None, loop)
+        self._transports: list[asyncio.BaseTransport] = [out, err, rep, req]
+
+    def _on_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        try:
+            _, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            status = None  # Reaped elsewhere (a tree kill); the status is lost.
+        self._popen.returncode = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+        self.status = status
+        if not self.exited.done():
+            self.exited.set_result(status)
+
+    async def _handshake(self) -> None:
+        deadline = time.monotonic() + self.policy.startup_timeout_s
+        try:
+            message = await self.exchange(None, deadline)
+        except WorkerTimeout:
+            await self.kill(0.0)
+            raise WorkerStartError(f"worker did not start within {self.policy.startup_timeout_s:g} s") from None
+        except WorkerDied as exc:
+            await self.kill(0.0)
+            raise WorkerStartError(f"worker died during start-up: {self.stderr.text()}", status=exc.status) from None
+        except WorkerProtocolError as exc:
+            await self.kill(0.0)
+            raise WorkerStartError(f"worker start-up failed: {exc}") from None
+        if isinstance(message, Refused) or not isinstance(message, Ready) or message.version != PROTOCOL_VERSION:
+            await self.kill(0.0)
+            text = message.message if isinstance(message, Refused) else f"bad handshake: {message!r}"
+            raise WorkerStartError(text, refused=isinstance(message, Refused))
+        self.isolation = message.isolation
+
+    async def _read_reply(self) -> FromWorker:
+        payload = await read_frame(self._reader, self.max_reply_bytes)
+        return decode_from_worker(payload)
+
+    async def exchange(self, request: ToWorker | None, deadline: float) -> FromWorker:
+        """Send `request` (if any) and wait for one reply until the monotonic `deadline`."""
+        read = asyncio.ensure_future(self._exchange(request))
+        try:
+            done, _ = await asyncio.wait(
+                {read, self.exited}, timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED"
+            )
+        finally:
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(BaseException):
+                    await read
+        if read in done:
+            return await self._reply_of(read)
+        if self.exited.done():
+            raise WorkerDied(self.exited.result())
+        raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})")
+
+    async def _exchange(self, request: ToWorker | None) -> FromWorker:
+        if request is not None:
+            self._writer.write(frame(encode(request)))
+            await self._writer.drain()
+        return await self._read_reply()
+
+    async def _reply_of(self, read: asyncio.Future[FromWorker]) -> FromWorker:
+        try:
+            return read.result()
+        except (PeerClosed, BrokenPipeError, ConnectionResetError) as exc:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
+            if self.exited.done():
+                raise WorkerDied(self.exited.result()) from None
+            raise WorkerProtocolError(f"closed its pipe without a reply ({exc})") from None
+        except (FrameError, msgspec.DecodeError) as exc:
+            raise WorkerProtocolError(f"sent an invalid frame: {exc}") from None
+
+    async def stderr_tail(self) -> str:
+        """The last bytes the worker wrote to stderr, after giving the pipe a moment to drain."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.stderr.closed), PIPE_DRAIN_S)
+        return self.stderr.text().strip()
+
+    async def kill(self, grace_s: float) -> None:
+        """TERM, grace, KILL the whole tree (the cage finds escapees too), then release everything."""
+        await asyncio.to_thread(self.cage.kill_tree, self.pid, grace_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
+        self.close()
+
+    def kill_now(self) -> None:
+        """Synchronous SIGKILL of the tree, for when the caller is being cancelled."""
+        self.cage.kill_tree(self.pid, 0.0)
+        self.close()
+
+    def close(self) -> None:
+        """Drop pipes, the pidfd, the cage and an owned workdir. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for transport in self._transports:
+            transport.close()
+        if not self.exited.done():
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._release_resources()
+
+    def _release_resources(self) -> None:
+        self.cage.close()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

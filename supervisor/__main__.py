@@ -1,0 +1,7 @@
+"""`python -m stockade.supervisor`: the `stockade` command line."""
+
+import sys
+
+from stockade.supervisor.cli import main
+
+sys.exit(main())

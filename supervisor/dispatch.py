@@ -1,0 +1,109 @@
+"""Running calls: one per session thread, at most `max_concurrent_calls` at once (rules I1, J2, E3, M2).
+
+Each call runs in its own task. The sandbox call inside it is a separate task so that it can be
+cancelled (the sandbox then kills the worker's tree) while the call's task goes on to post the
+"stopped" result. An outer deadline backs up the sandbox's own wall-clock timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stockade.sandbox.outcome import ToolOutcome
+
+__all__ = ["RunningCall", "RunningCalls", "ToolEnd"]
+
+ToolEnd = ToolOutcome | Literal["stopped", "timed_out"] | Exception
+"""How a sandbox call ended: its outcome, stopped by the supervisor, past the outer deadline, or the
+sandbox's own error (it could not run the call at all)."""
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningCall:
+    """The running call of one thread."""
+
+    call_id: str
+    thread: str | None
+    stop_requested: bool = False
+    tool_task: asyncio.Future[ToolOutcome] | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        """Stop the tool (cancelling the sandbox call kills its process tree)."""
+        self.stop_requested = True
+        if self.tool_task is not None:
+            self.tool_task.cancel()
+
+
+class RunningCalls:
+    """The running calls, keyed by thread (`None` is the primary thread)."""
+
+    def __init__(self, limit: int | None, after_each: Callable[[], None]) -> None:
+        self._limit = math.inf if limit is None else limit
+        self._after_each = after_each
+        self._by_thread: dict[str | None, RunningCall] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def threads(self) -> set[str | None]:
+        return set(self._by_thread)
+
+    def can_start(self, thread: str | None) -> bool:
+        return thread not in self._by_thread and len(self._by_thread) < self._limit
+
+    def start(self, call_id: str, thread: str | None, body: Callable[[RunningCall], Awaitable[None]]) -> None:
+        """Run `body` for the call in a new task; the caller checked `can_start`."""
+        running = self._by_thread[thread] = RunningCall(call_id, thread)
+        task = asyncio.create_task(self._run(running, body), name=f"call-{call_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, running: RunningCall, body: Callable[[RunningCall], Awaitable[None]]) -> None:
+        try:
+            await body(running)
+        finally:
+            del self._by_thread[running.thread]
+            self._after_each()
+
+    def stop_tools_if(self, condition: Callable[[str], bool]) -> None:
+        for running in self._by_thread.values():
+            finished = running.tool_task is not None and running.tool_task.done()
+            if not (running.stop_requested or finished) and condition(running.call_id):
+                log.info("tool_stop call_id=%s", running.call_id)
+                running.stop()
+
+    async def wait_all(self, timeout_s: float | None = None) -> None:
+        """Waits for every call task; after `timeout_s` the rest are cancelled (their posts abandoned)."""
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        for task in pending:
+            log.warning("call_abandoned task=%s", task.get_name())
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    @staticmethod
+    async def run_tool(
+        running: RunningCall, tool: Coroutine[Any, Any, ToolOutcome], deadline_s: float
+    ) -> ToolEnd:
+        """Run the sandbox call `tool`, bounded by `deadline_s` and by `running.stop()`."""
+        task = running.tool_task = asyncio.ensure_future(tool)
+        if running.stop_requested:
+            task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=deadline_s)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return "timed_out"
+        if task.cancelled():
+            return "stopped"
+        exc = task.exception()
+        if isinstance(exc, Exception):
+            return exc
+        return task.result()

@@ -1,0 +1,46 @@
+"""Run the `stockade` CLI as a user would: a subprocess of this interpreter, bounded in time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+CLI_TIMEOUT_S = 45.0
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+RunCli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def _run_cli(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout_s: float = CLI_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stockade.supervisor.cli", *args],
+        env={**base_env, **(env or {})},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+@pytest.fixture
+def run_cli() -> RunCli:
+    """`run_cli(*args, env=..., cwd=...)` → CompletedProcess; ANTHROPIC_* is removed unless given."""
+    return _run_cli
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository's root directory."""
+    return REPO_ROOT

@@ -1,0 +1,3 @@
+"""A tool module that raises while it is imported."""
+
+raise RuntimeError("boom at import")

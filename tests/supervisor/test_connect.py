@@ -1,0 +1,135 @@
+"""Connect, reconcile, reconnect and error classification (rules B, C, D) against the emulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import anthropic
+from stockade.emulator.server import Emulator
+from stockade.supervisor import ReconnectLimitExceeded, SessionRunner
+
+from .conftest import client_for, run_scenario
+
+ECHO = {"tool_use": "echo", "id": "tu_1", "input": {"text": "hi"}}
+END = {"idle": "end_turn"}
+
+
+def test_connection_order_is_stream_then_retrieve_then_history_then_dispatch(emulator: Emulator) -> None:
+    out = run_scenario(emulator, {"history": [ECHO]})
+    assert out.endpoints()[:4] == ["stream", "retrieve", "list", "send"]
+    assert [r.tool_use_id for r in out.records] == ["tu_1"]
+
+
+def test_history_is_read_with_limit_1000(emulator: Emulator) -> None:
+    out = run_scenario(emulator, {"history": [END]})
+    lists = out.emu.requests(out.sid, "list")
+    assert lists and all(r.query.get("limit") == ["1000"] for r in lists)
+
+
+def test_terminal_in_history_ends_run_without_dispatch(emulator: Emulator) -> None:
+    history = [ECHO, {"tool_use": "echo", "id": "tu_d", "permission": "deny"}, {"terminate": "t"}]
+    out = run_scenario(emulator, {"history": history})
+    assert out.end is not None and out.end.reason == "terminated"
+    assert out.end.event is not None and out.end.event["type"] == "session.status_terminated"
+    assert out.records == [] and out.emu.requests(out.sid, "send") == []
+
+
+def test_archived_session_ends_run_from_status(emulator: Emulator) -> None:
+    out = run_scenario(emulator, {"history": [ECHO], "archived": True})
+    assert out.end is not None and out.end.reason == "terminated" and out.end.event is None
+    assert out.records == []
+
+
+def test_reconcile_runs_unanswered_history_call_but_never_an_answered_one(emulator: Emulator) -> None:
+    history = [
+        {"tool_use": "echo", "id": "tu_a", "input": {"text": "a"}},
+        {"answer": "tu_a", "content": "done elsewhere"},
+        {"tool_use": "echo", "id": "tu_b", "input": {"text": "b"}},
+    ]
+    out = run_scenario(emulator, {"history": history})
+    assert [r.tool_use_id for r in out.records] == ["tu_b"]
+    assert [e.get("tool_use_id") for e in out.sent_bodies()] == ["tu_b"]
+
+
+def test_history_failure_reconnects_and_dispatches_only_after_a_full_read(emulator: Emulator) -> None:
+    scenario = {"history": [ECHO], "faults": [{"status": 503, "on": "list", "times": 2}]}
+    out = run_scenario(emulator, scenario)
+    endpoints = out.endpoints()
+    assert endpoints.count("send") == 1
+    # Two failed connections (stream, retrieve, list) before the one that read the whole history.
+    assert endpoints.index("send") > 8
+    assert [r.posted for r in out.records] == [True]
+
+
+def test_non_json_history_is_transient(emulator: Emulator) -> None:
+    out = run_scenario(emulator, {"history": [ECHO], "faults": [{"non_json": True, "on": "retrieve"}]})
+    assert out.error is None
+    assert [r.posted for r in out.records] == [True]
+
+
+@pytest.mark.parametrize("action", ["eof", "reset", "error_frame", "malformed"])
+def test_stream_disconnects_reconnect_and_keep_serving(emulator: Emulator, action: str) -> None:
+    steps = [ECHO, {"wait": ["tu_1"]}, {"drop_stream": action}, {"sleep": 0.2}]
+    steps += [{"tool_use": "echo", "id": "tu_2", "input": {"text": "b"}}, {"wait": ["tu_2"]}, END]
+    out = run_scenario(emulator, {"steps": steps})
+    assert out.error is None
+    assert [r.tool_use_id for r in out.records] == ["tu_1", "tu_2"]
+    assert out.endpoints().count("stream") >= 2
+
+
+def test_reconnect_backoff_is_jittered_and_doubles(emulator: Emulator) -> None:
+    scenario = {"history": [END], "faults": [{"status": 503, "on": "stream", "times": 3}]}
+    out = run_scenario(emulator, scenario)
+    streams = [r.monotonic for r in out.emu.requests(out.sid, "stream")]
+    gaps = [b - a for a, b in zip(streams, streams[1:], strict=False)][:3]
+    assert 0.2 <= gaps[0] <= 0.7
+    assert 0.45 <= gaps[1] <= 1.2
+    assert 0.95 <= gaps[2] <= 2.2
+
+
+def test_max_reconnects_zero_raises_on_first_failure(emulator: Emulator) -> None:
+    scenario = {"history": [END], "faults": [{"status": 503, "on": "stream", "times": "always"}]}
+    out = run_scenario(emulator, scenario, max_reconnects=0, expect_error=True)
+    assert isinstance(out.error, ReconnectLimitExceeded)
+    assert "reconnect limit (0) exceeded" in str(out.error)
+    assert out.endpoints().count("stream") == 1
+
+
+def test_max_reconnects_allows_that_many_reconnects(emulator: Emulator) -> None:
+    scenario = {"history": [END], "faults": [{"status": 503, "on": "stream", "times": "always"}]}
+    out = run_scenario(emulator, scenario, max_reconnects=2, expect_error=True)
+    assert isinstance(out.error, ReconnectLimitExceeded)
+    assert out.endpoints().count("stream") == 3
+
+
+def test_permanent_401_raises_after_one_stream_request(emulator: Emulator) -> None:
+    sid = emulator.add_session({"history": [END]})  # type: ignore[arg-type]
+    runner = SessionRunner(client_for(emulator, key="wrong"), sid, tools=["sv_tools:echo"], max_idle=0.3)
+    with pytest.raises(anthropic.AuthenticationError):
+        runner.run(handle_signals=False)
+    assert [r.endpoint for r in emulator.requests(sid)] == ["stream"]
+
+
+def test_permanent_404_on_retrieve_raises(emulator: Emulator) -> None:
+    out = run_scenario(emulator, {"history": [END], "faults": [{"status": 404, "on": "retrieve"}]}, expect_error=True)
+    assert isinstance(out.error, anthropic.NotFoundError)
+    assert out.endpoints().count("stream") == 1
+
+
+@pytest.mark.parametrize("status", [408, 409, 429, 500, 529])
+def test_transient_statuses_reconnect(emulator: Emulator, status: int) -> None:
+    out = run_scenario(emulator, {"history": [ECHO], "faults": [{"status": status, "on": "retrieve"}]})
+    assert out.error is None
+    assert [r.posted for r in out.records] == [True]
+
+
+def test_on_event_fires_once_per_live_event_not_for_history(emulator: Emulator) -> None:
+    steps: list[dict[str, Any]] = [{"message": "live"}, END]
+    scenario = {"history": [{"message": "old"}], "steps": steps, "faults": [{"duplicate": "ev_live"}]}
+    scenario["steps"][0] = {"emit": {"type": "agent.message", "id": "ev_live", "content": []}}
+    out = run_scenario(emulator, scenario)
+    types = [e["type"] for e in out.events]
+    assert types.count("agent.message") == 1
+    assert [e["id"] for e in out.events if e["type"] == "agent.message"] == ["ev_live"]
