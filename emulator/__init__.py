@@ -12,6 +12,7 @@ Python API::
         emu.requests(sid, endpoint="send")          # RecordedRequest: method, path, query, headers, body,
                                                     #   time, monotonic, endpoint, session_id, status, fault
         emu.events(sid); emu.status(sid); emu.open_streams(sid); emu.wait_for_posted(sid, 2, timeout=5)
+        emu.wait_for_events(sid, 3, timeout=5)
         emu.add_session({...}); emu.emit(sid, {"type": "agent.message", ...}); emu.add_fault(sid, {...})
         emu.drop_streams(sid, "reset"); emu.archive(sid); emu.dump_record_json(path=None)
 

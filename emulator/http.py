@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from stockade.emulator.events import IdMaker, error_body
 from stockade.emulator.faults import FaultSpec
+from stockade.emulator.messages import MessagesState, messages_route
 from stockade.emulator.record import RecordedRequest, Recorder
 from stockade.emulator.session import SessionState
 from stockade.emulator.sse import StreamWriter
@@ -43,6 +44,8 @@ class ServerContext:
     recorder: Recorder = field(default_factory=Recorder)
     ids: IdMaker = field(default_factory=IdMaker)
     closing: threading.Event = field(default_factory=threading.Event)
+    messages: MessagesState | None = None
+    """The scripted `POST /v1/messages` endpoint, when a Messages script is loaded."""
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):
@@ -156,6 +159,9 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _handle(self) -> None:
+        if self._endpoint == "messages":
+            self._messages()
+            return
         problem = self._auth_error()
         if problem is not None:
             self._send_error(*problem)
@@ -175,6 +181,20 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(session, stream_fault)
         else:
             handlers[self._endpoint](session)
+
+    def _messages(self) -> None:
+        """`POST /v1/messages`: the scripted Messages endpoint (see `stockade.emulator.messages`)."""
+        state = self.server.context.messages
+        if state is None:
+            self._send_error(404, "no Messages script is loaded")
+            return
+        status, content_type, payload = messages_route(state, self._body)
+        self._record(status)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def _list_page_number(self, session: SessionState) -> int | None:
         cursor = self._query.get("page", [""])[-1]
@@ -269,6 +289,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _route(method: str, parts: list[str]) -> tuple[str, str | None]:
     """(endpoint, session id) for a request path split on `/`."""
+    if (method, *parts) == ("POST", "v1", "messages"):
+        return "messages", None
     if len(parts) < 3 or parts[:2] != ["v1", "sessions"]:
         return "other", None
     tail = (method, *parts[3:])

@@ -177,12 +177,8 @@ def handle_messages(state: MessagesState, request: Json) -> tuple[int, Json]:
     return state.answer(request)
 
 
-def messages_route(state: MessagesState, body: bytes) -> tuple[int, str, bytes]:
-    """The whole route for an HTTP server: request bytes in, `(status, content_type, body)` out."""
-    try:
-        request = json.loads(body)
-    except ValueError as exc:
-        return 400, JSON_CONTENT_TYPE, _dump(_error("invalid_request_error", f"body is not JSON: {exc}"))
+def messages_route(state: MessagesState, request: Any) -> tuple[int, str, bytes]:
+    """The whole route for an HTTP server: the decoded JSON body in, `(status, content_type, body)` out."""
     if not isinstance(request, dict):
         return 400, JSON_CONTENT_TYPE, _dump(_error("invalid_request_error", "body is not a JSON object"))
     status, response = handle_messages(state, request)

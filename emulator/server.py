@@ -17,6 +17,7 @@ from typing import Any
 from stockade.emulator.errors import EmulatorError
 from stockade.emulator.faults import parse_fault
 from stockade.emulator.http import EmulatorHTTPServer, ServerContext
+from stockade.emulator.messages import MessagesScript, MessagesState
 from stockade.emulator.record import RecordedRequest
 from stockade.emulator.scenario import Scenario
 from stockade.emulator.script import ScriptRunner, run_step
@@ -126,6 +127,11 @@ class Emulator:
         script.start()
         return session.session_id
 
+    def add_messages_script(self, script: MessagesScript) -> MessagesState:
+        """Answer `POST /v1/messages` with `script`'s assistant turns; the state records the requests."""
+        self._context.messages = MessagesState(script)
+        return self._context.messages
+
     def session(self, session_id: str) -> SessionState:
         """The live state of a session (raises `EmulatorError` for an unknown id)."""
         try:
@@ -197,6 +203,13 @@ class Emulator:
                 f"{len(session.posted)} of {count} events posted to {session_id} after {timeout}s"
             )
         return self.posted_events(session_id)
+
+    def wait_for_events(self, session_id: str, count: int, timeout: float) -> list[dict[str, Any]]:
+        """Wait until the session's log holds at least `count` events; return the log."""
+        session = self.session(session_id)
+        if not session.wait_until(lambda: len(session.events()) >= count, timeout, self._context.closing):
+            raise TimeoutError(f"{len(session.events())} of {count} events in {session_id} after {timeout}s")
+        return session.events()
 
     def record_json(self) -> dict[str, Any]:
         """The record as JSON-ready data: every request, and per session the posted events and log."""

@@ -48,7 +48,9 @@ class CgroupLayout(msgspec.Struct, frozen=True):
     def describe(self) -> str:
         parts = []
         if self.memory_v1 or self.pids_v1:
-            parts.append("v1 " + "+".join(n for n, d in (("memory", self.memory_v1), ("pids", self.pids_v1)) if d))
+            parts.append(
+                "v1 " + "+".join(n for n, d in (("memory", self.memory_v1), ("pids", self.pids_v1)) if d)
+            )
         if self.unified:
             parts.append("v2 " + ("memory+pids+kill" if self.v2_limits else "kill+cpu.stat"))
         return f"{self.mode}: " + ", ".join(parts)
@@ -106,7 +108,7 @@ def _enable_v2_controllers(own_dir: str) -> bool:
 
 def discover_layout() -> CgroupLayout:
     """Find and create our `stockade/` directories; raises OSError when no usable hierarchy exists."""
-    own, found = _own_paths(), {}
+    own, found = _own_paths(), dict[str, str]()
     for fstype, root, point, opts in _mounts():
         hit = _own_dir(fstype, root, point, opts, own)
         if hit is not None:
@@ -153,7 +155,9 @@ class WorkerCgroup:
         self.unified_dir = os.path.join(layout.unified, leaf) if layout.unified else None
         self.has_memory = layout.memory_v1 is not None or layout.v2_limits
         self.has_pids = layout.pids_v1 is not None or layout.v2_limits
-        self.dirs = sorted({self.memory_dir, self.pids_dir, *([self.unified_dir] if self.unified_dir else [])})
+        self.dirs = sorted(
+            {self.memory_dir, self.pids_dir, *([self.unified_dir] if self.unified_dir else [])}
+        )
         self._peak_fd: int | None = None
         self._baseline = (0, 0, 0.0)
 
@@ -204,7 +208,9 @@ class WorkerCgroup:
         else:
             ooms = _read_key(os.path.join(self.memory_dir, "memory.oom_control"), "oom_kill")
         pid_hits = _read_key(os.path.join(self.pids_dir, "pids.events"), "max") if self.has_pids else 0
-        cpu_us = _read_key(os.path.join(self.unified_dir, "cpu.stat"), "usage_usec") if self.unified_dir else 0
+        cpu_us = (
+            _read_key(os.path.join(self.unified_dir, "cpu.stat"), "usage_usec") if self.unified_dir else 0
+        )
         return ooms, pid_hits, cpu_us / 1e6
 
     def reset_peak(self) -> None:

@@ -109,7 +109,10 @@ def _uid_status(mountns_ok: bool) -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, f"not root: the worker keeps uid {os.geteuid()}"
     if not mountns_ok and not identity.traversable_by_others(sys.base_prefix):
-        return False, f"interpreter {sys.base_prefix} is not reachable by other uids and mountns is unavailable"
+        return (
+            False,
+            f"interpreter {sys.base_prefix} is not reachable by other uids and mountns is unavailable",
+        )
     return True, f"slot uids {identity.SLOT_UID_BASE}+"
 
 

@@ -38,7 +38,6 @@ import signal
 from pathlib import Path
 
 import msgspec
-
 from stockade.sandbox import hostprobe, identity, treekill
 from stockade.sandbox.cgroup import CgroupLayout, WorkerCgroup, discover_layout, sweep_stale
 from stockade.sandbox.policy import ResourcePolicy

@@ -16,9 +16,7 @@ from collections.abc import Iterable
 
 from stockade.sandbox import syscalls
 
-__all__ = ["LandlockResult", "apply_landlock", "landlock_probe"]
-
-LandlockResult = str
+__all__ = ["apply_landlock", "landlock_probe"]
 
 _WRITE_FILE = 1 << 1
 _REMOVE_DIR = 1 << 4
@@ -120,7 +118,7 @@ def _allow(ruleset_fd: int, path: str, abi: int) -> None:
         os.close(fd)
 
 
-def apply_landlock(writable: Iterable[str], *, deny_tcp: bool) -> LandlockResult:
+def apply_landlock(writable: Iterable[str], *, deny_tcp: bool) -> str:
     """Restrict writes to `writable` (dirs: beneath; files: the file). Needs no_new_privs first.
 
     Returns a human detail such as "ABI 7, tcp denied, scoped"; raises OSError on failure.

@@ -75,7 +75,8 @@ class Sandbox:
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
         self._live: set[WorkerProcess] = set()
-        self._slots = asyncio.Semaphore(max_workers) if max_workers is not None else None
+        self._max_workers = max_workers
+        self._change = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
         self._closed = False
@@ -98,31 +99,50 @@ class Sandbox:
         report.update(self._isolation)
         return report
 
+    def worker_pids(self) -> set[int]:
+        """Pids of the live workers (idle, pinned and busy)."""
+        return {worker.pid for worker in self._live if worker.spawned}
+
     # Workers
 
-    async def _take_slot(self) -> None:
-        if self._slots is None:
-            return
-        while self._slots.locked():
+    def _has_room(self) -> bool:
+        return self._max_workers is None or len(self._live) < self._max_workers
+
+    def _changed(self) -> None:
+        """Wake every task waiting for room or for an idle worker."""
+        self._change.set()
+        self._change = asyncio.Event()
+
+    def _pop_idle(self, policy: ResourcePolicy) -> WorkerProcess | None:
+        idle = self._idle.setdefault(policy, [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive:
+                return worker
+            self._in_background(self._discard(worker, 0.0))
+        return None
+
+    async def _make_room(self, policy: ResourcePolicy | None) -> WorkerProcess | None:
+        """Wait until a worker may start (evicting idle ones); or return an idle `policy` worker."""
+        while not self._has_room():
+            if policy is not None and (worker := self._pop_idle(policy)) is not None:
+                return worker
             victim = next((w for idle in self._idle.values() for w in idle), None)
-            if victim is None:
-                break
-            self._idle[victim.policy].remove(victim)
-            await self._discard(victim, 0.0)
-        await self._slots.acquire()
+            if victim is not None:
+                self._idle[victim.policy].remove(victim)
+                await self._discard(victim, 0.0)
+            else:
+                await self._change.wait()
+        return None
 
     async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
-        await self._take_slot()
-        worker: WorkerProcess | None = None
+        """Start a new worker; the caller made room."""
+        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}")
+        self._live.add(worker)
         try:
-            worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}")
-            self._live.add(worker)
             await worker.start()
         except BaseException:
-            if worker is not None:
-                self._forget(worker)
-            elif self._slots is not None:
-                self._slots.release()
+            self._forget(worker)
             raise
         self._isolation = worker.isolation
         log.debug("worker_started id=%s pid=%d", worker.worker_id, worker.pid)
@@ -131,8 +151,7 @@ class Sandbox:
     def _forget(self, worker: WorkerProcess) -> None:
         if worker in self._live:
             self._live.discard(worker)
-            if self._slots is not None:
-                self._slots.release()
+            self._changed()
 
     async def _discard(self, worker: WorkerProcess, grace_s: float) -> None:
         """Kill a worker's tree and drop it from every table."""
@@ -150,7 +169,7 @@ class Sandbox:
     async def _refill(self, policy: ResourcePolicy) -> None:
         """Start a warm worker for `policy` if its pool is short and a slot is free."""
         idle = self._idle.setdefault(policy, [])
-        if self._closed or len(idle) >= policy.pool_size or (self._slots is not None and self._slots.locked()):
+        if self._closed or len(idle) >= policy.pool_size or not self._has_room():
             return
         with contextlib.suppress(WorkerStartError):
             worker = await self._spawn(policy)
@@ -158,15 +177,12 @@ class Sandbox:
                 await self._discard(worker, 0.0)
             else:
                 idle.append(worker)
+                self._changed()
 
     async def _acquire(self, policy: ResourcePolicy) -> WorkerProcess:
-        idle = self._idle.setdefault(policy, [])
-        while idle:
-            worker = idle.pop()
-            if worker.alive:
-                return worker
-            await self._discard(worker, 0.0)
-        return await self._spawn(policy)
+        """An idle worker of `policy`, or a new one once there is room."""
+        worker = self._pop_idle(policy) or await self._make_room(policy)
+        return worker if worker is not None else await self._spawn(policy)
 
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
         """Return a worker to its pool, or retire it (in the background when it is healthy)."""
@@ -176,6 +192,7 @@ class Sandbox:
         if healthy and not worn and not self._closed and (pinned or len(idle) < policy.pool_size):
             if not pinned:
                 idle.append(worker)
+                self._changed()
             return
         self._in_background(self._discard(worker, 0.0))
         if not pinned:
@@ -204,6 +221,7 @@ class Sandbox:
         worker = self._pinned.get(key)
         if worker is None or not worker.alive:
             try:
+                await self._make_room(None)
                 worker = self._pinned[key] = await self._spawn(key[0])
             except WorkerStartError as exc:
                 return _start_failure(request.name, exc)

@@ -146,6 +146,11 @@ class WorkerProcess:
         return self._popen.pid
 
     @property
+    def spawned(self) -> bool:
+        """Whether the process exists yet (it has a pid)."""
+        return hasattr(self, "_popen")
+
+    @property
     def alive(self) -> bool:
         return not self.exited.done()
 

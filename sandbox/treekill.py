@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 
 import psutil
-
 from stockade.sandbox.cgroup import WorkerCgroup
 
 __all__ = ["FALLBACK_METHOD", "KILL_TIMEOUT_S", "MARKER_ENV", "kill_tree"]
@@ -78,7 +77,9 @@ def _send(pids: set[int], root_pid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def _wait_empty(members: Callable[[], set[int]], timeout_s: float, on_poll: Callable[[set[int]], None]) -> bool:
+def _wait_empty(
+    members: Callable[[], set[int]], timeout_s: float, on_poll: Callable[[set[int]], None]
+) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
         alive = members()

@@ -91,7 +91,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """`stockade doctor`: which isolation layers this host can apply, and why not."""
     import msgspec
-
     from stockade.sandbox.doctor import doctor_report, format_table
     from stockade.supervisor import output
 
@@ -123,7 +122,11 @@ def cmd_call(args: argparse.Namespace) -> int:
     """`stockade call`: run one tool call in the sandbox, without any API."""
     tool_input = _parse_input(args.input)
     config = load_config(args.policy)
-    refs = check_refs(args.tools or config.tool_refs or [DEFAULT_TOOLS_REF])
+    from stockade.supervisor.config import COMMAND_TOOLS_REF
+
+    refs = check_refs([*config.tool_refs, *(args.tools or [])])
+    if all(ref == COMMAND_TOOLS_REF for ref in refs):
+        refs.append(DEFAULT_TOOLS_REF)
     from stockade.sandbox import ToolLoadFailed, run_call_sync
     from stockade.sandbox.outcome import Failed
     from stockade.supervisor import output

@@ -8,10 +8,8 @@ it) and shows that a sandboxed tool cannot see it. Exit 0 only if every call end
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +24,9 @@ __all__ = ["DEMO_POLICY_TOML", "EXPECTED", "FAKE_API_KEY", "cmd_demo", "demo_con
 
 FAKE_API_KEY = "sk-ant-demo-0000-not-a-real-key"
 
-# The hanging tool gets 1 s so the demo stays quick; everything else a roomy 20 s (2 cores, cold workers).
+# One worker per session thread for every tool, so bash and the file tools share that worker's fresh
+# temporary workdir across calls (pooled workers get a swept workdir per call). The hanging tool gets
+# 1 s so the demo stays quick; everything else a roomy 20 s (2 cores, cold workers).
 DEMO_POLICY_TOML = """
 [run]
 tools = ["stockade.tools.builtin:agent_toolset", "stockade.tools.demo:demo_tools"]
@@ -35,9 +35,6 @@ max_concurrent_calls = 2
 
 [defaults]
 wall_timeout = "20s"
-workdir = {workdir}
-
-[tools.bash]
 worker_lifetime = "thread"
 
 [tools.hang]
@@ -59,11 +56,13 @@ class Expect:
 
 EXPECTED: dict[str, Expect] = {
     "tu_bash": Expect("completed", "bash ran in a sandboxed worker", contains="hello from pid"),
-    "tu_write": Expect("completed", "write created notes.txt in the temporary workdir"),
+    "tu_write": Expect("completed", "write created notes.txt in the worker's temporary workdir"),
     "tu_edit": Expect("completed", "edit changed it in place"),
     "tu_read": Expect("completed", "read saw the edit", contains="sandbox"),
     "ctu_count": Expect("completed", "a custom tool of the demo's own answered", contains="5 words"),
-    "tu_ask_allowed": Expect("completed", "a call held for confirmation ran once allowed", "allow"),
+    "tu_ask_allowed": Expect(
+        "completed", "a call held for confirmation ran once allowed", "allow", contains="tools in a sandbox"
+    ),
     "tu_ask_denied": Expect("denied", "a denied call never ran and nothing was posted", "deny", posted=False),
     "ctu_hang": Expect("timed_out", "a hung tool was killed at its 1 s timeout; the run went on"),
     "ctu_crash": Expect("crashed", "a tool that segfaulted became an error result, not a dead supervisor"),
@@ -72,9 +71,9 @@ EXPECTED: dict[str, Expect] = {
 }
 
 
-def demo_config(workdir: str) -> PolicyConfig:
+def demo_config() -> PolicyConfig:
     """The demo's policy, through the same parser as a user's `stockade.toml`."""
-    return parse_policy_text(DEMO_POLICY_TOML.format(workdir=json.dumps(workdir)), "(demo policy)")
+    return parse_policy_text(DEMO_POLICY_TOML, "(demo policy)")
 
 
 def _text_of(record: Any) -> str:
@@ -124,7 +123,7 @@ def _print_verdicts(verdicts: list[dict[str, Any]], as_json: bool) -> None:
     print(f"\n{passed}/{len(verdicts)} calls ended as the scenario expects")
 
 
-def _play(workdir: str, reporter: CallReporter, records: dict[str, Any]) -> int:
+def _play(reporter: CallReporter, records: dict[str, Any]) -> int:
     import anthropic
     from stockade.emulator import Emulator, demo_scenario
 
@@ -135,7 +134,7 @@ def _play(workdir: str, reporter: CallReporter, records: dict[str, Any]) -> int:
             records[record.tool_use_id] = record
         reporter.on_call(record)
 
-    config = demo_config(workdir)
+    config = demo_config()
     with Emulator(demo_scenario(), api_key=FAKE_API_KEY) as emu:
         client = anthropic.Anthropic(api_key=FAKE_API_KEY, base_url=emu.base_url)
         runner = make_runner(
@@ -156,10 +155,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     os.environ["ANTHROPIC_API_KEY"] = FAKE_API_KEY  # the demo's own process only: tools must not see it
     reporter = CallReporter(json_lines=args.json, stream=sys.stdout, status=sys.stderr)
     records: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="stockade-demo-") as workdir:
-        if not args.json:
-            print(f"stockade demo: an emulated session, tools sandboxed in {workdir}\n", flush=True)
-        code = _play(workdir, reporter, records)
+    if not args.json:
+        print("stockade demo: an emulated session served by sandboxed tools; no API key needed\n", flush=True)
+    code = _play(reporter, records)
     verdicts = _verdicts(records)
     _print_verdicts(verdicts, args.json)
     return EXIT_OK if code == EXIT_OK and all(v["ok"] for v in verdicts) else EXIT_FAILED

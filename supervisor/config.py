@@ -24,6 +24,7 @@ import msgspec
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
+    "COMMAND_TOOLS_REF",
     "DEFAULT_MAX_IDLE_S",
     "DEFAULT_POLICY_FILE",
     "ApiSettings",
@@ -175,7 +176,9 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
         from stockade.tools.command import COMMAND_TOOLS_ENV
 
         def passing(policy: ResourcePolicy) -> ResourcePolicy:
-            return msgspec.structs.replace(policy, env_passthrough=(*policy.env_passthrough, COMMAND_TOOLS_ENV))
+            return msgspec.structs.replace(
+                policy, env_passthrough=(*policy.env_passthrough, COMMAND_TOOLS_ENV)
+            )
 
         run = msgspec.structs.replace(self.run, tools=(*self.run.tools, COMMAND_TOOLS_REF))
         tools = {name: passing(policy) for name, policy in self.tools.items()}

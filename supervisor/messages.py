@@ -61,6 +61,10 @@ OUTER_MARGIN_S = 5.0
 always reports its own TimedOut first; the adapter's deadline only fires if the sandbox itself hangs."""
 LOOP_THREAD_JOIN_S = 10.0
 """How long closing waits for the background event-loop thread to finish after its loop stops."""
+CLOSE_TIMEOUT_S = 30.0
+"""Bound on closing the sandbox from the sync flavour; the sandbox's own kills (TERM, grace, KILL of each
+tree) finish well inside it."""
+"""How long closing waits for the background event-loop thread to finish after its loop stops."""
 
 _call_ids = itertools.count(1)
 
@@ -82,24 +86,15 @@ def sandboxed(
     tools run under `policy` (default: `ResourcePolicy()`). Use the result as a context manager.
     """
     refs = [_ref_of(item) for item in tools]
-    return Sandboxed(refs, _Policies(policy or ResourcePolicy(), dict(policies or {})))
-
-
-class _Policies:
-    """The default policy and the per-tool ones, as the sandbox is given them."""
-
-    def __init__(self, default: ResourcePolicy, per_tool: dict[str, ResourcePolicy]) -> None:
-        self.default = default
-        self.per_tool = per_tool
+    return Sandboxed(refs, policy or ResourcePolicy(), dict(policies or {}))
 
 
 class _Backend:
     """One open sandbox and the tools it described: what every tool of a context calls into."""
 
-    def __init__(self, sandbox: Sandbox, infos: list[ToolInfo], policies: _Policies) -> None:
+    def __init__(self, sandbox: Sandbox, infos: list[ToolInfo]) -> None:
         self.sandbox = sandbox
         self.infos = infos
-        self.policies = policies
         self.open = True
 
     def request(self, info: ToolInfo, input: object) -> CallRequest:
@@ -111,7 +106,7 @@ class _Backend:
 
     def outer_deadline_s(self, name: str) -> float:
         """The adapter's own bound on one call of `name`: longer than every deadline the sandbox keeps."""
-        policy = self.policies.per_tool.get(name, self.policies.default)
+        policy = self.sandbox.policy_for(name)
         return policy.startup_timeout_s + policy.wall_timeout_s + policy.grace_s + OUTER_MARGIN_S
 
 
@@ -145,15 +140,11 @@ class SandboxedTool(BetaBuiltinFunctionTool):
     def call(self, input: object) -> BetaFunctionToolResultType:
         request = self._backend.request(self.info, input)
         deadline_s = self._backend.outer_deadline_s(self.info.name)
-        future = asyncio.run_coroutine_threadsafe(self._backend.sandbox.run(request), self._loop)
         try:
-            outcome = future.result(timeout=deadline_s)
+            # A Ctrl-C here cancels the call, and the sandbox kills its worker on cancellation.
+            outcome = _wait(self._backend.sandbox.run(request), self._loop, deadline_s)
         except TimeoutError:
-            future.cancel()
             outcome = TimedOut(tool=self.info.name, timeout_s=deadline_s)
-        except BaseException:
-            future.cancel()  # Ctrl-C in the caller: the sandbox kills the call's worker on cancellation
-            raise
         return _result(outcome)
 
 
@@ -181,8 +172,9 @@ class AsyncSandboxedTool(BetaAsyncBuiltinFunctionTool):
 class Sandboxed:
     """The tools of one sandbox, as a context manager: `with` gives sync tools, `async with` async ones."""
 
-    def __init__(self, refs: list[str], policies: _Policies) -> None:
+    def __init__(self, refs: list[str], default: ResourcePolicy, policies: dict[str, ResourcePolicy]) -> None:
         self.refs = refs
+        self._default = default
         self._policies = policies
         self._stack: AsyncExitStack | None = None
         self._backend: _Backend | None = None
@@ -194,15 +186,13 @@ class Sandboxed:
             raise SandboxedToolsError("this sandboxed() context is already open")
         stack = AsyncExitStack()
         try:
-            sandbox = await stack.enter_async_context(
-                Sandbox(policies=self._policies.per_tool, default=self._policies.default)
-            )
+            sandbox = await stack.enter_async_context(Sandbox(policies=self._policies, default=self._default))
             infos = await sandbox.describe(self.refs)
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
-        self._backend = _Backend(sandbox, infos, self._policies)
+        self._backend = _Backend(sandbox, infos)
         log.info("messages_sandbox_open tools=%s", ",".join(info.name for info in infos))
         return self._backend
 
@@ -230,7 +220,8 @@ class Sandboxed:
         thread.start()
         self._loop, self._thread = loop, thread
         try:
-            backend = _wait(self._open(), loop)
+            # Opening starts a worker and imports the tools in it: bounded by the startup timeout.
+            backend = _wait(self._open(), loop, self._default.startup_timeout_s + OUTER_MARGIN_S)
         except BaseException:
             self._stop_loop()
             raise
@@ -241,7 +232,7 @@ class Sandboxed:
     ) -> None:
         try:
             if self._loop is not None:
-                _wait(self._close(), self._loop)
+                _wait(self._close(), self._loop, CLOSE_TIMEOUT_S)
         finally:
             self._stop_loop()
 
@@ -256,9 +247,14 @@ class Sandboxed:
             loop.close()
 
 
-def _wait(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
-    """Run `coro` on the background `loop` and wait for it; the sandbox bounds every wait inside it."""
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+def _wait(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, timeout_s: float) -> T:
+    """Run `coro` on the background `loop` and wait for it, at most `timeout_s` (then it is cancelled)."""
+    future = asyncio.run_coroutine_threadsafe(coro, loop)
+    try:
+        return future.result(timeout=timeout_s)
+    except BaseException:
+        future.cancel()
+        raise
 
 
 def _ref_of(item: str | object) -> str:

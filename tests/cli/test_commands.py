@@ -70,7 +70,9 @@ def test_call_json_has_exactly_the_documented_keys(run_cli):
 
 
 def test_call_of_a_custom_tool_with_human_output(run_cli):
-    proc = run_cli("call", "word_count", "--input", '{"text": "a b c"}', "--tools", "stockade.tools.demo:demo_tools")
+    proc = run_cli(
+        "call", "word_count", "--input", '{"text": "a b c"}', "--tools", "stockade.tools.demo:demo_tools"
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "3 words, 1 lines, 5 characters"
     assert proc.stdout.splitlines()[-1].startswith("[completed]")
@@ -79,7 +81,16 @@ def test_call_of_a_custom_tool_with_human_output(run_cli):
 def test_call_that_hangs_times_out_under_the_policy(run_cli, tmp_path):
     policy = tmp_path / "p.toml"
     policy.write_text('[tools.hang]\nwall_timeout = "500ms"\ngrace = "100ms"\n')
-    args = ["call", "hang", "--input", "{}", "--tools", "stockade.tools.demo:demo_tools", "--policy", str(policy)]
+    args = [
+        "call",
+        "hang",
+        "--input",
+        "{}",
+        "--tools",
+        "stockade.tools.demo:demo_tools",
+        "--policy",
+        str(policy),
+    ]
     proc = run_cli(*args, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
@@ -120,3 +131,22 @@ def test_call_of_an_unknown_tool_name_is_a_usage_error(run_cli):
     proc = run_cli("call", "no_such_tool", "--input", "{}")
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "no_such_tool" in proc.stderr
+
+
+def test_call_of_a_command_tool_declared_in_the_policy(run_cli, tmp_path):
+    policy = tmp_path / "p.toml"
+    policy.write_text('[commands.upper]\ndescription = "upper-case"\nargv = ["tr", "a-z", "A-Z"]\n')
+    proc = run_cli("call", "upper", "--input", '{"text": "shout"}', "--policy", str(policy), "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["outcome"] == "completed" and "SHOUT" in doc["content"][0]["text"]
+    builtin = run_cli("call", "bash", "--input", '{"command": "echo still-here"}', "--policy", str(policy))
+    assert builtin.returncode == 0 and "still-here" in builtin.stdout
+
+
+def test_bad_command_table_names_the_table(run_cli, tmp_path):
+    policy = tmp_path / "p.toml"
+    policy.write_text('[commands.lister]\nargv = "ls"\n')
+    proc = run_cli("check", str(policy))
+    assert proc.returncode == 2
+    assert "[commands.lister]" in proc.stderr and "argv" in proc.stderr and "'ls'" in proc.stderr

@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from stockade.emulator import Emulator
 
 API_KEY = "sk-ant-cli-test"
@@ -44,7 +43,9 @@ def test_run_without_an_api_key_exits_3(run_cli):
 def test_run_with_a_bad_policy_names_the_field(run_cli, tmp_path):
     policy = tmp_path / "p.toml"
     policy.write_text('[tools.bash]\nwall_timeout = "forever"\n')
-    proc = run_cli("run", "sesn_x", "--tools", BUILTIN_TOOLS, "--policy", str(policy), env={"ANTHROPIC_API_KEY": "k"})
+    proc = run_cli(
+        "run", "sesn_x", "--tools", BUILTIN_TOOLS, "--policy", str(policy), env={"ANTHROPIC_API_KEY": "k"}
+    )
     assert proc.returncode == 2
     assert "[tools.bash]" in proc.stderr and "'wall_timeout'" in proc.stderr and '"forever"' in proc.stderr
 
@@ -90,7 +91,9 @@ def test_run_interrupted_by_sigint_exits_130(repo_root):
     scenario = {"id": "sesn_wait", "steps": [{"message": "thinking"}, {"sleep": 30}]}
     with Emulator([scenario], api_key=API_KEY) as emu:
         cmd = [sys.executable, "-m", "stockade.supervisor.cli", "run", "sesn_wait", "--tools", BUILTIN_TOOLS]
-        proc = subprocess.Popen(cmd, env=_env(emu) | _path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            cmd, env=_env(emu) | _path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         try:
             deadline = time.monotonic() + STREAM_OPEN_TIMEOUT_S
             while emu.open_streams("sesn_wait") == 0 and time.monotonic() < deadline:

@@ -7,7 +7,6 @@ from typing import Any
 
 import anthropic
 import pytest
-
 from stockade.emulator import Emulator
 
 API_KEY = "sk-test-emulator"

@@ -7,7 +7,6 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-
 from stockade.emulator import Emulator
 
 from .conftest import API_KEY, client_for
@@ -18,8 +17,10 @@ BETA = "managed-agents-2026-04-01"
 def _history(n: int) -> dict[str, Any]:
     return {
         "id": "sesn_h",
-        "history": [{"type": "agent.message", "id": f"m_{i}", "content": [{"type": "text", "text": str(i)}]}
-                    for i in range(n)],
+        "history": [
+            {"type": "agent.message", "id": f"m_{i}", "content": [{"type": "text", "text": str(i)}]}
+            for i in range(n)
+        ],
     }
 
 
@@ -96,7 +97,7 @@ def test_list_order_desc_types_filter_and_bad_params(emu_factory: Any) -> None:
     assert [e.id for e in events.list("sesn_h", types=["session.status_running"])] == ["run"]
     for bad in ({"limit": 0}, {"limit": 1001}, {"order": "sideways"}, {"page": "forged"}):
         with pytest.raises(anthropic.BadRequestError):
-            events.list("sesn_h", **bad)  # type: ignore[arg-type]
+            events.list("sesn_h", **bad)
 
 
 def test_send_is_recorded_stored_with_a_server_id_and_listed(emu_factory: Any) -> None:
@@ -106,7 +107,9 @@ def test_send_is_recorded_stored_with_a_server_id_and_listed(emu_factory: Any) -
     sent = client.beta.sessions.events.send("s", events=[result])  # type: ignore[list-item]
     assert sent.data is not None and sent.data[0].id.startswith("sevt_")
     posted = emu.posted_events("s")
-    assert [(p["type"], p["tool_use_id"], p["id"]) for p in posted] == [("user.tool_result", "tu_1", sent.data[0].id)]
+    assert [(p["type"], p["tool_use_id"], p["id"]) for p in posted] == [
+        ("user.tool_result", "tu_1", sent.data[0].id)
+    ]
     assert [e.id for e in client.beta.sessions.events.list("s")][-1] == sent.data[0].id
     (request,) = emu.requests("s", endpoint="send")
     assert request.body == {"events": [result]} and request.status == 200
@@ -116,27 +119,41 @@ def test_send_is_recorded_stored_with_a_server_id_and_listed(emu_factory: Any) -
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        ({"type": "user.tool_result", "tool_use_id": "nope"}, '`tool_use_id` "nope" does not match any `agent.tool_use`'),
+        (
+            {"type": "user.tool_result", "tool_use_id": "nope"},
+            '`tool_use_id` "nope" does not match any `agent.tool_use`',
+        ),
         ({"type": "user.tool_result", "tool_use_id": "ctu_1"}, "does not match any `agent.tool_use`"),
-        ({"type": "user.custom_tool_result", "custom_tool_use_id": "tu_1"}, "does not match any `agent.custom_tool_use`"),
+        (
+            {"type": "user.custom_tool_result", "custom_tool_use_id": "tu_1"},
+            "does not match any `agent.custom_tool_use`",
+        ),
         ({"type": "user.tool_result", "tool_use_id": "tu_done"}, "already has a result"),
-        ({"type": "user.tool_result", "tool_use_id": "tu_1", "sessionThreadId": "x"}, "Extra inputs are not permitted"),
+        (
+            {"type": "user.tool_result", "tool_use_id": "tu_1", "sessionThreadId": "x"},
+            "Extra inputs are not permitted",
+        ),
         ({"type": "user.tool_result", "tool_use_id": "tu_1", "content": [{"type": "video"}]}, "content.0"),
-        ({"type": "user.tool_confirmation", "tool_use_id": "tu_t", "result": "allow"}, 'session_thread_id ""'),
+        (
+            {"type": "user.tool_confirmation", "tool_use_id": "tu_t", "result": "allow"},
+            'session_thread_id ""',
+        ),
         ({"type": "agent.message"}, "does not match any tag"),
     ],
 )
 def test_send_refuses_invalid_results_with_400(emu_factory: Any, event: dict[str, Any], message: str) -> None:
-    emu = emu_factory({
-        "id": "s",
-        "history": [
-            {"tool_use": "bash", "id": "tu_1"},
-            {"custom_tool_use": "weather", "id": "ctu_1"},
-            {"tool_use": "bash", "id": "tu_done"},
-            {"type": "user.tool_result", "tool_use_id": "tu_done", "content": []},
-            {"tool_use": "read", "id": "tu_t", "permission": "ask", "thread": "sthr_1"},
-        ],
-    })
+    emu = emu_factory(
+        {
+            "id": "s",
+            "history": [
+                {"tool_use": "bash", "id": "tu_1"},
+                {"custom_tool_use": "weather", "id": "ctu_1"},
+                {"tool_use": "bash", "id": "tu_done"},
+                {"type": "user.tool_result", "tool_use_id": "tu_done", "content": []},
+                {"tool_use": "read", "id": "tu_t", "permission": "ask", "thread": "sthr_1"},
+            ],
+        }
+    )
     with pytest.raises(anthropic.BadRequestError) as caught:
         client_for(emu).beta.sessions.events.send("s", events=[event])  # type: ignore[list-item]
     assert message in caught.value.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from anthropic import Anthropic, beta_tool
+from anthropic import Anthropic, NotFoundError, beta_tool
 from anthropic.types.beta import BetaMessage
 from stockade.emulator.messages import (
     MessagesScript,
@@ -14,8 +14,9 @@ from stockade.emulator.messages import (
     handle_messages,
     stream_events,
 )
+from stockade.emulator.server import Emulator
 
-from ._loopback import serve_messages
+from ._emulator import serve_messages
 
 SCRIPT_TOML = """
 [[turns]]
@@ -148,3 +149,10 @@ def test_threads_continue_once_and_unknown_threads_are_not_found() -> None:
     lost = {**follow_up, "thread": {"type": "continue", "previous_message_id": "msg_gone"}}
     status, body = handle_messages(state, lost)
     assert (status, body["error"]["details"]["error_code"]) == (404, "thread_not_found")
+
+
+def test_emulator_without_a_messages_script_answers_404() -> None:
+    with Emulator() as emulator:
+        client = Anthropic(base_url=emulator.base_url, api_key="test", max_retries=0)
+        with pytest.raises(NotFoundError):
+            client.beta.messages.create(model="m", max_tokens=10, messages=REQUEST["messages"])

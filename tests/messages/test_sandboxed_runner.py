@@ -19,10 +19,11 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.messages import SandboxedToolsError, sandboxed
 
 from . import msg_tools
-from ._loopback import serve_messages
+from ._emulator import serve_messages
 
-ROOT = str(Path(__file__).resolve().parents[2])
 MODULE = msg_tools.__name__
+ROOT = str(Path(msg_tools.__file__).resolve().parents[MODULE.count(".")])
+"""The directory the worker imports MODULE from (pytest names it by its package, whatever the import mode)."""
 HANG_TIMEOUT_S = 1.0
 EXIT_WAIT_S = 5.0
 """How long a worker may take to disappear after its context closed (kill is TERM, grace, KILL)."""

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
 from stockade.sandbox.isolation import LayerUnavailable, apply_in_worker
 from stockade.sandbox.policy import ResourcePolicy
 
@@ -31,7 +30,7 @@ CONNECT_TIMEOUT_S = 1.0
 
 
 def _errno_of(fn: Callable[[], object]) -> str:
-    """"ok" if `fn` succeeds, else the errno name of its OSError."""
+    """ "ok" if `fn` succeeds, else the errno name of its OSError."""
     try:
         fn()
     except OSError as exc:

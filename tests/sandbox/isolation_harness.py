@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
 from stockade.sandbox.isolation import Cage
 from stockade.sandbox.policy import ResourcePolicy
 

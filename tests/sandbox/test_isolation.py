@@ -15,7 +15,6 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
 from stockade.sandbox.doctor import doctor_report, format_table
 from stockade.sandbox.isolation import LAYERS, probe
 from stockade.sandbox.policy import ResourcePolicy

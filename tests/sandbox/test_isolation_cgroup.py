@@ -12,7 +12,6 @@ from types import ModuleType
 
 import psutil
 import pytest
-
 from stockade.sandbox.cgroup import discover_layout, sweep_stale
 from stockade.sandbox.isolation import probe
 from stockade.sandbox.policy import MIB, ResourcePolicy

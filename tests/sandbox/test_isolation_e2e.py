@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from stockade.sandbox import CallRequest, OverLimit, ResourcePolicy, Sandbox, ToolOutcome
 from stockade.sandbox.isolation import probe
 from stockade.sandbox.policy import MIB
 
 HERE = Path(__file__).parent
 MODULE = "isolation_tools"
-BASE = ResourcePolicy(env_passthrough=("PYTHONPATH",), wall_timeout_s=20.0, pool_size=0, max_calls_per_worker=1)
+BASE = ResourcePolicy(
+    env_passthrough=("PYTHONPATH",), wall_timeout_s=20.0, pool_size=0, max_calls_per_worker=1
+)
 
 
 @pytest.fixture(autouse=True)

@@ -151,8 +151,20 @@ def sigxcpu_ignored_spin() -> str:
         pass
 
 
+_count = 0
+
+
+@tool
+def counter() -> str:
+    """Count calls in this worker process (state that lives as long as the worker)."""
+    global _count
+    _count += 1
+    return str(_count)
+
+
 TOOLS = [
     echo,
+    counter,
     spin,
     sleep_ignoring_term,
     fork_bomb,

@@ -1,0 +1,85 @@
+"""Shared helpers of the sandbox core tests (loaded by file path: the tests are not a package)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psutil
+import pytest
+
+from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
+from stockade.sandbox.tree import MARKER_ENV
+
+HOSTILE_DIR = Path(__file__).parent / "hostile_tools"
+REF = "sbx_hostile:TOOLS"
+CANARY = "sk-ant-canary-do-not-leak"
+MIB = 1 << 20
+WALL_S = 2.0
+GRACE_S = 0.2
+KILL_SLACK_S = 1.5
+"""Generous allowance past deadline + grace: the machine is shared with other test runs."""
+
+POLICY = ResourcePolicy(
+    wall_timeout_s=WALL_S,
+    grace_s=GRACE_S,
+    cpu_s=10,
+    memory_bytes=256 * MIB,
+    max_processes=32,
+    max_output_bytes=64 * 1024,
+    max_file_size_bytes=1 * MIB,
+    env_passthrough=("PYTHONPATH",),
+)
+CPU_POLICY = msgspec.structs.replace(POLICY, cpu_s=1, wall_timeout_s=8.0)
+
+_markers: list[str] = []
+
+
+def marked_pids(marker: str) -> set[int]:
+    """Live (non-zombie) processes whose worker marker starts with `marker`."""
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV, "").startswith(marker):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def sandbox_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hostile tools importable through PYTHONPATH; a canary secret in the supervisor's env; and,
+    after the test, no process of any of its sandboxes left alive."""
+    monkeypatch.setenv("PYTHONPATH", str(HOSTILE_DIR))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", CANARY)
+    _markers.clear()
+    yield
+    leftovers = {marker: marked_pids(marker) for marker in _markers}
+    assert not any(leftovers.values()), f"processes survived: {leftovers}"
+
+
+def in_sandbox(scenario: Callable[[Sandbox], Awaitable[None]], **kwargs: Any) -> None:
+    """Run `scenario` against a fresh sandbox (default policy POLICY) and close it."""
+
+    async def go() -> None:
+        kwargs.setdefault("default", POLICY)
+        async with Sandbox(**kwargs) as sandbox:
+            _markers.append(sandbox.marker)
+            await scenario(sandbox)
+
+    asyncio.run(go())
+
+
+async def call(sandbox: Sandbox, name: str, thread: str | None = None, **input: Any) -> ToolOutcome:
+    return await sandbox.run(CallRequest(call_id=f"call-{name}", name=name, ref=REF, input=input), thread)
+
+
+async def assert_pool_healthy(sandbox: Sandbox) -> None:
+    """Only live workers carry the marker, and a benign call succeeds."""
+    assert marked_pids(sandbox.marker) <= sandbox.worker_pids()
+    outcome = await call(sandbox, "echo", text="still fine")
+    assert outcome.kind == "completed" and outcome.content() == [{"type": "text", "text": "still fine"}]
