@@ -22,6 +22,7 @@ from stockade.emulator.record import RecordedRequest, Recorder
 from stockade.emulator.session import SessionState
 from stockade.emulator.sse import StreamWriter
 from stockade.emulator.validate import Rejected
+from stockade.emulator.work import WorkQueues, work_endpoint
 
 __all__ = ["BETA_TOKEN", "EmulatorHTTPServer", "ServerContext"]
 
@@ -46,6 +47,8 @@ class ServerContext:
     closing: threading.Event = field(default_factory=threading.Event)
     messages: MessagesState | None = None
     """The scripted `POST /v1/messages` endpoint, when a Messages script is loaded."""
+    work: WorkQueues = field(default_factory=WorkQueues)
+    """Self-hosted environments' work queues (`/v1/environments/{env}/work/...`)."""
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):
@@ -165,6 +168,10 @@ class _Handler(BaseHTTPRequestHandler):
         problem = self._auth_error()
         if problem is not None:
             self._send_error(*problem)
+            return
+        if self._endpoint.startswith("work_"):
+            parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+            self._send_json(*self.server.context.work.handle(self._endpoint, parts, self._query, self._body))
             return
         session = self.server.context.sessions.get(self._session_id or "")
         if self._endpoint == "other" or session is None:
@@ -291,6 +298,8 @@ def _route(method: str, parts: list[str]) -> tuple[str, str | None]:
     """(endpoint, session id) for a request path split on `/`."""
     if (method, *parts) == ("POST", "v1", "messages"):
         return "messages", None
+    if (work := work_endpoint(method, parts)) is not None:
+        return work, None
     if len(parts) < 3 or parts[:2] != ["v1", "sessions"]:
         return "other", None
     tail = (method, *parts[3:])

@@ -22,6 +22,7 @@ from stockade.emulator.record import RecordedRequest
 from stockade.emulator.scenario import Scenario
 from stockade.emulator.script import ScriptRunner, run_step
 from stockade.emulator.session import SessionState
+from stockade.emulator.work import DEFAULT_TTL_S, WorkItem, WorkQueues
 
 __all__ = ["Emulator", "ScenarioLike", "serve"]
 
@@ -131,6 +132,17 @@ class Emulator:
         """Answer `POST /v1/messages` with `script`'s assistant turns; the state records the requests."""
         self._context.messages = MessagesState(script)
         return self._context.messages
+
+    def add_environment(
+        self, environment_id: str, sessions: Iterable[ScenarioLike], ttl_s: int = DEFAULT_TTL_S
+    ) -> list[WorkItem]:
+        """Add each session and queue one work item for it in `environment_id`; returns the items."""
+        return [self._context.work.enqueue(environment_id, self.add_session(s), ttl_s) for s in sessions]
+
+    @property
+    def work(self) -> WorkQueues:
+        """The environments' work queues (inspect items; inject lease loss with `lose_lease` etc.)."""
+        return self._context.work
 
     def session(self, session_id: str) -> SessionState:
         """The live state of a session (raises `EmulatorError` for an unknown id)."""

@@ -37,7 +37,9 @@ __all__ = [
 
 _HOMES = {
     **dict.fromkeys(("CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"), "pool"),
-    **dict.fromkeys(("Completed", "Crashed", "Failed", "OverLimit", "TimedOut", "ToolOutcome", "Usage"), "outcome"),
+    **dict.fromkeys(
+        ("Completed", "Crashed", "Failed", "OverLimit", "TimedOut", "ToolOutcome", "Usage"), "outcome"
+    ),
     "ResourcePolicy": "policy",
     "ToolInfo": "protocol",
 }

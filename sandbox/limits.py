@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [

@@ -12,7 +12,6 @@ import signal
 from typing import Any, Literal
 
 import msgspec
-
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
@@ -126,7 +125,14 @@ class Crashed(_Outcome, frozen=True, tag="crashed"):
         return text
 
 
-_UNITS = {"memory": "MiB", "file_size": "MiB", "output": "bytes", "cpu": "s", "processes": "", "open_files": ""}
+_UNITS = {
+    "memory": "MiB",
+    "file_size": "MiB",
+    "output": "bytes",
+    "cpu": "s",
+    "processes": "",
+    "open_files": "",
+}
 
 
 class OverLimit(_Outcome, frozen=True, tag="over_limit"):
@@ -167,7 +173,13 @@ def over_limit(tool: str, policy: ResourcePolicy, resource: str, usage: Usage) -
 
 
 def from_exit(
-    tool: str, policy: ResourcePolicy, status: int | None, limit_hit: str | None, usage: Usage, stderr_tail: str
+    tool: str,
+    *,
+    policy: ResourcePolicy,
+    status: int | None,
+    limit_hit: str | None,
+    usage: Usage,
+    stderr_tail: str,
 ) -> ToolOutcome:
     """The outcome of a worker that died on its own before replying.
 

@@ -22,12 +22,28 @@ from typing import Any
 
 import msgspec
 import psutil
-
 from stockade.sandbox import isolation, limits, tree
 from stockade.sandbox.isolation import CageUsage
-from stockade.sandbox.outcome import Completed, Crashed, Failed, TimedOut, ToolOutcome, Usage, from_exit, over_limit
+from stockade.sandbox.outcome import (
+    Completed,
+    Crashed,
+    Failed,
+    TimedOut,
+    ToolOutcome,
+    Usage,
+    from_exit,
+    over_limit,
+)
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.protocol import Described, DescribeTools, FromWorker, RunTool, ToolFailed, ToolInfo, ToolOk
+from stockade.sandbox.protocol import (
+    Described,
+    DescribeTools,
+    FromWorker,
+    RunTool,
+    ToolFailed,
+    ToolInfo,
+    ToolOk,
+)
 from stockade.sandbox.spawn import (
     WorkerDied,
     WorkerError,
@@ -42,6 +58,8 @@ __all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
 log = logging.getLogger(__name__)
 
 ThreadKey = tuple[ResourcePolicy, str]
+PRIMARY_THREAD = ""
+"""The pin key of a session's primary thread, whose calls carry no thread id."""
 
 
 class ToolLoadFailed(Exception):
@@ -187,7 +205,9 @@ class Sandbox:
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
         """Return a worker to its pool, or retire it (in the background when it is healthy)."""
         policy = worker.policy
-        worn = worker.calls >= policy.max_calls_per_worker or limits.warm_cpu_exhausted(policy, worker.worker_cpu_s)
+        worn = worker.calls >= policy.max_calls_per_worker or limits.warm_cpu_exhausted(
+            policy, worker.worker_cpu_s
+        )
         idle = self._idle.setdefault(policy, [])
         if healthy and not worn and not self._closed and (pinned or len(idle) < policy.pool_size):
             if not pinned:
@@ -206,15 +226,15 @@ class Sandbox:
         If the awaiting task is cancelled, the call's tree is killed and CancelledError propagates.
         """
         policy = self.policy_for(request.name)
-        if policy.worker_lifetime == "thread" and thread is not None:
-            key = (policy, thread)
+        if policy.worker_lifetime == "thread":
+            # The primary thread (no thread id) is a thread too: its bash keeps its shell between calls.
+            key = (policy, thread or PRIMARY_THREAD)
             async with self._thread_locks.setdefault(key, asyncio.Lock()):
                 return await self._run_pinned(key, request)
         try:
             worker = await self._acquire(policy)
         except WorkerStartError as exc:
             return _start_failure(request.name, exc)
-        # A thread-lifetime tool called outside any thread is pooled like any other (no kept state).
         return await self._call(worker, request, thread, pinned=False)
 
     async def _run_pinned(self, key: ThreadKey, request: CallRequest) -> ToolOutcome:
@@ -232,7 +252,13 @@ class Sandbox:
     ) -> ToolOutcome:
         policy = worker.policy
         message = RunTool(
-            request.call_id, request.ref, request.name, request.input, worker.workdir, thread, sweep=not pinned
+            request.call_id,
+            request.ref,
+            request.name,
+            request.input,
+            worker.workdir,
+            thread,
+            sweep=not pinned,
         )
         started = time.monotonic()
         worker.calls += 1
@@ -275,7 +301,11 @@ class Sandbox:
         if hit is not None:
             return hit
         return Failed(
-            tool=request.name, usage=usage, error_type=reply.error_type, message=reply.message, blocks=reply.blocks
+            tool=request.name,
+            usage=usage,
+            error_type=reply.error_type,
+            message=reply.message,
+            blocks=reply.blocks,
         )
 
     async def _abnormal_end(
@@ -294,7 +324,9 @@ class Sandbox:
             return TimedOut(tool=tool, usage=usage, timeout_s=policy.wall_timeout_s)
         stderr = await worker.stderr_tail()
         if isinstance(error, WorkerDied):
-            return from_exit(tool, policy, error.status, limit_hit, usage, stderr)
+            return from_exit(
+                tool, policy=policy, status=error.status, limit_hit=limit_hit, usage=usage, stderr_tail=stderr
+            )
         return Crashed(tool=tool, usage=usage, reason=f"protocol error: {error}", stderr_tail=stderr)
 
     # Describe, threads, shutdown
@@ -324,8 +356,9 @@ class Sandbox:
             raise ToolLoadFailed(reply.error)
         return reply.tools
 
-    async def end_thread(self, thread: str) -> None:
-        """Kill the workers pinned to session thread `thread`."""
+    async def end_thread(self, thread: str | None) -> None:
+        """Kill the workers pinned to session thread `thread` (`None`: the primary thread)."""
+        thread = thread or PRIMARY_THREAD
         for key in [key for key in self._pinned if key[1] == thread]:
             await self._discard(self._pinned[key], 0.0)
             self._thread_locks.pop(key, None)
@@ -353,7 +386,9 @@ def _tree_cpu_s(worker: WorkerProcess) -> float:
         times = psutil.Process(worker.pid).cpu_times()
     except psutil.Error:
         return 0.0
-    return max(0.0, times.user + times.system + times.children_user + times.children_system - worker.worker_cpu_s)
+    return max(
+        0.0, times.user + times.system + times.children_user + times.children_system - worker.worker_cpu_s
+    )
 
 
 def _rusage_cpu_s(worker: WorkerProcess) -> float:
@@ -381,6 +416,8 @@ def run_call_sync(
             if ref is None:
                 message = f"no tool named {name!r} in {list(refs)}"
                 return Failed(tool=name, error_type="UnknownTool", message=message)
-            return await sandbox.run(CallRequest(call_id=f"sync-{uuid.uuid4().hex}", name=name, ref=ref, input=input))
+            return await sandbox.run(
+                CallRequest(call_id=f"sync-{uuid.uuid4().hex}", name=name, ref=ref, input=input)
+            )
 
     return asyncio.run(go())

@@ -15,14 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
     "PROTOCOL_VERSION",
     "CallUsage",
-    "Described",
     "DescribeTools",
+    "Described",
     "FromWorker",
     "Ready",
     "Refused",

@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 import msgspec
-
 from stockade.sandbox import isolation, limits, tree
 from stockade.sandbox.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.isolation import Cage
@@ -157,14 +157,23 @@ class WorkerProcess:
     def _popen_args(self, request_fd: int, reply_fd: int) -> list[str]:
         config = WorkerConfig(self.policy, request_fd, reply_fd, self.workdir, _limit_address_space())
         # -P: no script/cwd entry on sys.path (a tool could plant modules in its workdir); -s: no user site.
-        return [sys.executable, "-P", "-s", "-m", "stockade.sandbox.worker", msgspec.json.encode(config).decode()]
+        return [
+            sys.executable,
+            "-P",
+            "-s",
+            "-m",
+            "stockade.sandbox.worker",
+            msgspec.json.encode(config).decode(),
+        ]
 
     async def start(self) -> None:
         """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
         loop = asyncio.get_running_loop()
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
-        env = limits.worker_env(self.policy, self.workdir, {**self.cage.preexec_env(), tree.MARKER_ENV: self.worker_id})
+        env = limits.worker_env(
+            self.policy, self.workdir, {**self.cage.preexec_env(), tree.MARKER_ENV: self.worker_id}
+        )
         try:
             self._popen = self._spawn(req_r, rep_w, env)
         except BaseException:
@@ -196,8 +205,12 @@ class WorkerProcess:
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, req_w: int, rep_r: int) -> None:
         assert self._popen.stdout is not None and self._popen.stderr is not None
-        out, self.stdout = await loop.connect_read_pipe(lambda: TailBuffer(STDOUT_TAIL_BYTES), self._popen.stdout)
-        err, self.stderr = await loop.connect_read_pipe(lambda: TailBuffer(STDERR_TAIL_BYTES), self._popen.stderr)
+        out, self.stdout = await loop.connect_read_pipe(
+            lambda: TailBuffer(STDOUT_TAIL_BYTES), self._popen.stdout
+        )
+        err, self.stderr = await loop.connect_read_pipe(
+            lambda: TailBuffer(STDERR_TAIL_BYTES), self._popen.stderr
+        )
         self._reader = asyncio.StreamReader(limit=READ_LIMIT_BYTES)
         rep, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(self._reader), os.fdopen(rep_r, "rb", buffering=0)
@@ -227,14 +240,22 @@ class WorkerProcess:
             message = await self.exchange(None, deadline)
         except WorkerTimeout:
             await self.kill(0.0)
-            raise WorkerStartError(f"worker did not start within {self.policy.startup_timeout_s:g} s") from None
+            raise WorkerStartError(
+                f"worker did not start within {self.policy.startup_timeout_s:g} s"
+            ) from None
         except WorkerDied as exc:
             await self.kill(0.0)
-            raise WorkerStartError(f"worker died during start-up: {self.stderr.text()}", status=exc.status) from None
+            raise WorkerStartError(
+                f"worker died during start-up: {self.stderr.text()}", status=exc.status
+            ) from None
         except WorkerProtocolError as exc:
             await self.kill(0.0)
             raise WorkerStartError(f"worker start-up failed: {exc}") from None
-        if isinstance(message, Refused) or not isinstance(message, Ready) or message.version != PROTOCOL_VERSION:
+        if (
+            isinstance(message, Refused)
+            or not isinstance(message, Ready)
+            or message.version != PROTOCOL_VERSION
+        ):
             await self.kill(0.0)
             text = message.message if isinstance(message, Refused) else f"bad handshake: {message!r}"
             raise WorkerStartError(text, refused=isinstance(message, Refused))
@@ -248,8 +269,11 @@ class WorkerProcess:
         """Send `request` (if any) and wait for one reply until the monotonic `deadline`."""
         read = asyncio.ensure_future(self._exchange(request))
         try:
+            waited: set[asyncio.Future[Any]] = {read, self.exited}
             done, _ = await asyncio.wait(
-                {read, self.exited}, timeout=max(0.0, deadline - time.monotonic()), return_when="FIRST_COMPLETED"
+                waited,
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when="FIRST_COMPLETED",
             )
         finally:
             if not read.done():

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
 from stockade.sandbox import isolation, limits, tree
 from stockade.sandbox.framing import FrameError, PeerClosed, read_frame_blocking, write_frame_blocking
 from stockade.sandbox.protocol import (
@@ -82,10 +81,9 @@ def _peak_rss_bytes() -> int:
 
 
 def _reset_peak_rss() -> None:
-    try:
+    # Not Linux, or no permission: the peak then covers the worker's lifetime.
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # Not Linux, or no permission: the peak then covers the worker's lifetime.
 
 
 def _cpu_s(who: int) -> float:
@@ -134,13 +132,14 @@ class Worker:
                 thread=request.thread,
                 call_id=request.call_id,
                 timeout_s=self.policy.wall_timeout_s,
+                roots=tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths)),
             )
             return self._ok(request, tool.invoke(request.input, ctx))
         except ToolError as exc:
             return ToolFailed(request.call_id, type(exc).__name__, str(exc), blocks=exc.blocks())
         except (BadResult, ToolLoadError) as exc:
             return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
-        except BaseException as exc:  # noqa: BLE001 - any tool failure is reported, never fatal
+        except BaseException as exc:  # Any tool failure is reported, never fatal.
             return ToolFailed(request.call_id, type(exc).__name__, repr(exc), resource=_resource_of(exc))
 
     def _ok(self, request: RunTool, blocks: list[dict[str, Any]]) -> ToolOk | ToolFailed:

@@ -10,7 +10,6 @@ from typing import Any
 import msgspec
 import psutil
 import pytest
-
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
 from stockade.sandbox.tree import MARKER_ENV
 
@@ -43,7 +42,9 @@ def marked_pids(marker: str) -> set[int]:
     found = set()
     for proc in psutil.process_iter():
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV, "").startswith(marker):
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV, "").startswith(
+                marker
+            ):
                 found.add(proc.pid)
         except psutil.Error:
             continue

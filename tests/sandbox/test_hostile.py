@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from stockade.sandbox import CallRequest, Sandbox
 
 
@@ -26,7 +25,12 @@ def _load_kit() -> Any:
 
 kit = _load_kit()
 sandbox_environment = kit.sandbox_environment
-in_sandbox, call, assert_pool_healthy, marked_pids = kit.in_sandbox, kit.call, kit.assert_pool_healthy, kit.marked_pids
+in_sandbox, call, assert_pool_healthy, marked_pids = (
+    kit.in_sandbox,
+    kit.call,
+    kit.assert_pool_healthy,
+    kit.marked_pids,
+)
 WALL_S, GRACE_S, KILL_SLACK_S, MIB, CANARY = kit.WALL_S, kit.GRACE_S, kit.KILL_SLACK_S, kit.MIB, kit.CANARY
 CPU_POLICY = kit.CPU_POLICY
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
-
-from stockade.sandbox import CallRequest, Sandbox, ToolInfo, ToolLoadFailed, run_call_sync
+from stockade.sandbox import Sandbox, ToolInfo, ToolLoadFailed, run_call_sync
 
 
 def _load_kit() -> Any:
@@ -56,7 +55,9 @@ def test_thread_pinned_worker_keeps_state_until_end_thread() -> None:
     pinned = msgspec.structs.replace(POLICY, worker_lifetime="thread", pool_size=0)
 
     async def scenario(sandbox: Sandbox) -> None:
-        texts = [(await call(sandbox, "counter", thread=t)).content()[0]["text"] for t in ("a", "a", "b", "a")]
+        texts = [
+            (await call(sandbox, "counter", thread=t)).content()[0]["text"] for t in ("a", "a", "b", "a")
+        ]
         assert texts == ["1", "2", "1", "3"]
         await sandbox.end_thread("a")
         assert (await call(sandbox, "counter", thread="a")).content()[0]["text"] == "1"

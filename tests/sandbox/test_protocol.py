@@ -10,7 +10,6 @@ import time
 
 import msgspec
 import pytest
-
 from stockade.sandbox.framing import (
     FrameTooLarge,
     PeerClosed,
@@ -135,7 +134,9 @@ def test_blocking_frames_across_partial_writes() -> None:
 def test_truncate_blocks_marks_what_was_cut() -> None:
     blocks = [{"type": "text", "text": "é" * 10}, {"type": "text", "text": "tail"}]
     kept, truncated = truncate_blocks(blocks, 5)
-    assert truncated and kept == [{"type": "text", "text": "éé\n[stockade: output truncated: 4 of 24 bytes shown]"}]
+    assert truncated and kept == [
+        {"type": "text", "text": "éé\n[stockade: output truncated: 4 of 24 bytes shown]"}
+    ]
     assert truncate_blocks(blocks, 100) == (blocks, False)
     with pytest.raises(TypeError):
         truncate_blocks([{"type": "image", "source": object()}], 10)
@@ -145,4 +146,11 @@ def test_worker_env_is_an_allowlist() -> None:
     source = {"PATH": "/bin", "ANTHROPIC_API_KEY": "secret", "LANG": "C", "EXTRA": "x", "OTHER": "y"}
     policy = ResourcePolicy(env_passthrough=("EXTRA",))
     env = worker_env(policy, "/w", {"STOCKADE_WORKER_ID": "id"}, source)
-    assert env == {"PATH": "/bin", "LANG": "C", "EXTRA": "x", "HOME": "/w", "TMPDIR": "/w", "STOCKADE_WORKER_ID": "id"}
+    assert env == {
+        "PATH": "/bin",
+        "LANG": "C",
+        "EXTRA": "x",
+        "HOME": "/w",
+        "TMPDIR": "/w",
+        "STOCKADE_WORKER_ID": "id",
+    }

@@ -46,3 +46,22 @@ def test_toolset_in_sandboxed_workers(tmp_path: Path) -> None:
     assert isinstance(escape, Failed) and "outside the session's working directory" in _text(escape)
     assert _text(state) == "/tmp\nv"
     assert _text(grep).endswith("a.txt:1:hello")
+
+
+@pytest.mark.timeout(40)
+def test_bash_keeps_its_shell_on_the_primary_thread(tmp_path: Path) -> None:
+    shell = ResourcePolicy(wall_timeout_s=15.0, worker_lifetime="thread")
+
+    async def go() -> list[object]:
+        async with Sandbox({"bash": shell}) as sandbox:
+            calls = [("export K=primary", None), ("echo ${K:-unset}", "sthr_2"), ("echo $K", None)]
+            return [
+                await sandbox.run(
+                    CallRequest(call_id=f"c{i}", name="bash", ref=REF, input={"command": cmd}), thread=thread
+                )
+                for i, (cmd, thread) in enumerate(calls)
+            ]
+
+    _, other_thread, primary = asyncio.run(go())
+    assert _text(other_thread) == "unset"
+    assert _text(primary) == "primary"
