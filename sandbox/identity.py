@@ -24,20 +24,39 @@ NOBODY_UID = 65534
 
 _lock = threading.Lock()
 _in_use: set[int] = set()
+_shared: dict[tuple[str, ...], tuple[int, int]] = {}
+"""Slot uids of workers that share writable paths: paths -> (uid, number of live holders)."""
 
 
-def allocate_uid() -> int:
-    """The lowest slot uid no live cage of this process holds."""
+def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
+    """The lowest slot uid no live cage of this process holds.
+
+    Workers that write to the same explicit paths (a configured workdir, `writable_paths`) share one
+    uid: each worker chowns those paths to its uid, so two uids would lock each other out.
+    """
     with _lock:
+        if shared_paths in _shared:
+            uid, holders = _shared[shared_paths]
+            _shared[shared_paths] = (uid, holders + 1)
+            return uid
         for uid in range(SLOT_UID_BASE, SLOT_UID_BASE + SLOT_UID_COUNT):
             if uid not in _in_use:
                 _in_use.add(uid)
+                if shared_paths:
+                    _shared[shared_paths] = (uid, 1)
                 return uid
     raise OSError(errno.EAGAIN, "all slot uids are in use")
 
 
 def release_uid(uid: int) -> None:
+    """Free `uid` once its last holder releases it."""
     with _lock:
+        for paths, (shared_uid, holders) in list(_shared.items()):
+            if shared_uid == uid:
+                if holders > 1:
+                    _shared[paths] = (uid, holders - 1)
+                    return
+                del _shared[paths]
         _in_use.discard(uid)
 
 

@@ -134,6 +134,12 @@ def _layout() -> CgroupLayout:
     return layout
 
 
+def _shared_writable_paths(policy: ResourcePolicy) -> tuple[str, ...]:
+    """The explicit writable paths of `policy`, which every worker of theirs must own (sorted, real)."""
+    paths = (policy.workdir,) if policy.workdir else ()
+    return tuple(sorted(os.path.realpath(p) for p in (*paths, *policy.writable_paths)))
+
+
 class Cage:
     """The parent-side handle on one worker's process tree: cgroup, slot uid, tree kill."""
 
@@ -156,7 +162,7 @@ class Cage:
         if status["cgroup"].available:
             cage.cgroup_report = cage._make_cgroup()
         if status["uid"].available:
-            cage.uid = identity.allocate_uid()
+            cage.uid = identity.allocate_uid(_shared_writable_paths(policy))
         return cage
 
     def _make_cgroup(self) -> str:
