@@ -15,6 +15,7 @@ import itertools
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -160,7 +161,7 @@ class WorkQueues:
         with self._changed:
             self.item(work_id).shutdown = True
 
-    def wait_until(self, predicate: Any, timeout_s: float) -> bool:
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until `predicate()` holds (re-checked on every change); False on timeout."""
         with self._changed:
             return self._changed.wait_for(predicate, timeout_s)

@@ -52,6 +52,7 @@ from stockade.sandbox.spawn import (
     WorkerStartError,
     WorkerTimeout,
 )
+from stockade.sandbox.zygote import TRUSTED_PRELOAD, Zygote, ZygoteError
 
 __all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
 
@@ -83,6 +84,8 @@ class Sandbox:
         policies: Mapping[str, ResourcePolicy] | None = None,
         default: ResourcePolicy | None = None,
         max_workers: int | None = None,
+        zygote: bool = True,
+        preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
     ) -> None:
         self.policies = dict(policies or {})
         self.default = default if default is not None else ResourcePolicy()
@@ -98,7 +101,11 @@ class Sandbox:
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
         self._closed = False
-        tree.become_subreaper()
+        # Zygote-forked workers are orphaned on purpose and need us as their subreaper to be ours.
+        self._use_zygote = tree.become_subreaper() and zygote
+        self._preload = preload_modules
+        self._zygote: Zygote | None = None
+        self._zygote_lock = asyncio.Lock()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -153,9 +160,27 @@ class Sandbox:
                 await self._change.wait()
         return None
 
+    async def _ensure_zygote(self) -> Zygote | None:
+        """The running zygote, started on first use; None (exec'd workers) if it cannot start."""
+        async with self._zygote_lock:
+            if not self._use_zygote or self._closed:
+                return None
+            if self._zygote is not None and self._zygote.alive:
+                return self._zygote
+            env = limits.worker_env(ResourcePolicy(), "/", {tree.MARKER_ENV: f"{self.marker}-zygote"})
+            self._zygote = Zygote(env, self._preload)
+            try:
+                await self._zygote.start()
+            except ZygoteError as exc:
+                log.warning("zygote_unavailable error=%s", exc)
+                self._use_zygote = False
+                self._zygote = None
+            return self._zygote
+
     async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
         """Start a new worker; the caller made room."""
-        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}")
+        zygote = await self._ensure_zygote()
+        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote)
         self._live.add(worker)
         try:
             await worker.start()
@@ -371,6 +396,9 @@ class Sandbox:
         await asyncio.gather(*self._background, return_exceptions=True)
         await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         self._idle.clear()
+        async with self._zygote_lock:
+            if self._zygote is not None:
+                await self._zygote.aclose()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
 
 

@@ -26,6 +26,7 @@ from stockade.sandbox import isolation, limits, tree
 from stockade.sandbox.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.isolation import Cage
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.zygote import Zygote, ZygoteError
 from stockade.sandbox.protocol import (
     PROTOCOL_VERSION,
     FromWorker,
@@ -128,8 +129,13 @@ def _limit_address_space() -> bool:
 class WorkerProcess:
     """One live worker process: its pipes, its cage, its exit."""
 
-    def __init__(self, policy: ResourcePolicy, worker_id: str) -> None:
+    def __init__(self, policy: ResourcePolicy, worker_id: str, zygote: Zygote | None = None) -> None:
         self.policy = policy
+        self.zygote = zygote
+        self.forked = False
+        """Whether the worker came from the zygote (rather than its own exec)."""
+        self._pid: int | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
         self.worker_id = worker_id
         self.calls = 0
         self.worker_cpu_s = 0.0
@@ -142,74 +148,84 @@ class WorkerProcess:
         self._closed = False
 
     @property
-    def pid(self) -> int:
-        return self._popen.pid
-
-    @property
     def spawned(self) -> bool:
         """Whether the process exists yet (it has a pid)."""
-        return hasattr(self, "_popen")
+        return self._pid is not None
+
+    @property
+    def pid(self) -> int:
+        assert self._pid is not None, "worker not spawned"
+        return self._pid
 
     @property
     def alive(self) -> bool:
         return not self.exited.done()
 
-    def _popen_args(self, request_fd: int, reply_fd: int) -> list[str]:
+    def _config_json(self, request_fd: int, reply_fd: int) -> str:
         config = WorkerConfig(self.policy, request_fd, reply_fd, self.workdir, _limit_address_space())
-        # -P: no script/cwd entry on sys.path (a tool could plant modules in its workdir); -s: no user site.
-        return [
-            sys.executable,
-            "-P",
-            "-s",
-            "-m",
-            "stockade.sandbox.worker",
-            msgspec.json.encode(config).decode(),
-        ]
+        return msgspec.json.encode(config).decode()
 
     async def start(self) -> None:
         """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
         loop = asyncio.get_running_loop()
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
+        (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         env = limits.worker_env(
             self.policy, self.workdir, {**self.cage.preexec_env(), tree.MARKER_ENV: self.worker_id}
         )
         try:
-            self._popen = self._spawn(req_r, rep_w, env)
+            self._pid = await self._spawn([req_r, rep_w, out_w, err_w], env)
         except BaseException:
-            os.close(req_w)
-            os.close(rep_r)
+            for fd in (req_w, rep_r, out_r, err_r):
+                os.close(fd)
             self._release_resources()
             raise
         finally:
-            os.close(req_r)
-            os.close(rep_w)
+            for fd in (req_r, rep_w, out_w, err_w):
+                os.close(fd)
         self.cage.attach(self.pid)
         self.exited: asyncio.Future[int | None] = loop.create_future()
         self._pidfd = os.pidfd_open(self.pid)
         loop.add_reader(self._pidfd, self._on_exit)
-        await self._connect(loop, req_w, rep_r)
+        await self._connect(loop, req_w, rep_r, out_r, err_r)
         await self._handshake()
 
-    def _spawn(self, req_r: int, rep_w: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            self._popen_args(req_r, rep_w),
+    async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
+        """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
+        if self.zygote is not None and self.zygote.alive:
+            try:
+                pid = await self.zygote.fork(self._config_json(fds[0], fds[1]), env, self.workdir, fds)
+            except ZygoteError as exc:
+                log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
+            else:
+                self.forked = True
+                return pid
+        return self._exec(fds, env)
+
+    def _exec(self, fds: list[int], env: dict[str, str]) -> int:
+        req_r, rep_w, out_w, err_w = fds
+        # -P: no script/cwd entry on sys.path (a tool could plant modules in its workdir); -s: no user site.
+        argv = [sys.executable, "-P", "-s", "-m", "stockade.sandbox.worker", self._config_json(req_r, rep_w)]
+        self._popen = subprocess.Popen(
+            argv,
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=out_w,
+            stderr=err_w,
             pass_fds=(req_r, rep_w),
             start_new_session=True,
             env=env,
             cwd=self.workdir,
         )
+        return self._popen.pid
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, req_w: int, rep_r: int) -> None:
-        assert self._popen.stdout is not None and self._popen.stderr is not None
+    async def _connect(
+        self, loop: asyncio.AbstractEventLoop, req_w: int, rep_r: int, out_r: int, err_r: int
+    ) -> None:
         out, self.stdout = await loop.connect_read_pipe(
-            lambda: TailBuffer(STDOUT_TAIL_BYTES), self._popen.stdout
+            lambda: TailBuffer(STDOUT_TAIL_BYTES), os.fdopen(out_r, "rb", buffering=0)
         )
         err, self.stderr = await loop.connect_read_pipe(
-            lambda: TailBuffer(STDERR_TAIL_BYTES), self._popen.stderr
+            lambda: TailBuffer(STDERR_TAIL_BYTES), os.fdopen(err_r, "rb", buffering=0)
         )
         self._reader = asyncio.StreamReader(limit=READ_LIMIT_BYTES)
         rep, _ = await loop.connect_read_pipe(
@@ -229,7 +245,8 @@ class WorkerProcess:
             _, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:
             status = None  # Reaped elsewhere (a tree kill); the status is lost.
-        self._popen.returncode = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+        if self._popen is not None:  # Popen must not think it still runs (it would warn).
+            self._popen.returncode = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
         self.status = status
         if not self.exited.done():
             self.exited.set_result(status)

@@ -161,6 +161,8 @@ _EXAMPLES = {
     "run": "example:\n  export ANTHROPIC_API_KEY=sk-ant-...\n"
     "  stockade run sesn_011CZ... --tools stockade.tools.builtin:agent_toolset --policy stockade.toml",
     "demo": "example:\n  stockade demo        # no API key needed\n  stockade demo --json",
+    "serve": "example:\n  export ANTHROPIC_ENVIRONMENT_KEY=sk-ant-oat01-...\n"
+    "  stockade serve --environment-id env_01... --policy stockade.toml --max-sessions 4 --max-workers 16",
 }
 
 
@@ -205,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-calls", type=int, metavar="N", help="calls running at once (default 1)")
     p.add_argument("--json", action="store_true", help="one JSON line per call")
     p.add_argument("-v", "--verbose", action="store_true", help="show the supervisor's logs on stderr")
+    _add_journal(p)
     p = _sub(subs, "call", "run one tool call in the sandbox, without the API", cmd_call)
     p.add_argument("name", metavar="NAME", help="tool name")
     p.add_argument("--input", required=True, metavar="JSON", help="the tool input, a JSON object")
@@ -221,12 +224,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", required=True, metavar="FILE", help="scenario file (TOML or JSON)")
     p.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free port)")
     p.add_argument("--record", metavar="FILE", help="write the request record as JSON on exit")
+    _add_serve(subs)
     return parser
+
+
+def _add_journal(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="directory of the crash-safe call journal (default ./.stockade/state): a restarted run "
+        "posts saved results instead of running those calls again",
+    )
+    parser.add_argument(
+        "--no-journal", action="store_true", help="keep no journal (a restart may run a call twice)"
+    )
+
+
+def _add_serve(subs: Any) -> None:
+    p = _sub(subs, "serve", "serve a self-hosted environment's work queue", _handler(_SERVE, "cmd_serve"))
+    p.add_argument("--environment-id", required=True, metavar="ID", help="the environment to poll")
+    _add_tools_policy(p)
+    p.add_argument("--max-sessions", type=int, default=1, metavar="N", help="sessions at once (default 1)")
+    p.add_argument("--max-workers", type=int, metavar="N", help="worker processes in all (default: no cap)")
+    p.add_argument("--max-idle", type=float, metavar="S", help="end a session after S seconds idle")
+    p.add_argument("--max-concurrent-calls", type=int, metavar="N", help="calls at once per session")
+    p.add_argument(
+        "--drain-grace", type=float, metavar="S", help="on SIGTERM, how long running calls may take"
+    )
+    p.add_argument("--workdir", metavar="DIR", help="root of the per-session workdirs (default: a temp dir)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the logs on stderr")
 
 
 _DEMO = "stockade.supervisor.cli_demo"
 _RUN = "stockade.supervisor.cli_run"
 _EMU = "stockade.supervisor.cli_run"
+_SERVE = "stockade.supervisor.serve"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -67,6 +67,7 @@ def make_runner(
     on_event: Callable[[Any], None],
     max_idle_s: float | None,
     max_concurrent_calls: int | None,
+    state_dir: str | None = None,
 ) -> Any:
     """A SessionRunner for `session_id` with `config`'s policies and the given callbacks."""
     from stockade.supervisor import SessionRunner
@@ -82,18 +83,27 @@ def make_runner(
         max_concurrent_calls=max_concurrent_calls,
         on_call=on_call,
         on_event=on_event,
+        state_dir=state_dir,
     )
+
+
+def state_dir_of(args: argparse.Namespace) -> str | None:
+    """The journal's directory: `--state-dir`, else the default; None with `--no-journal`."""
+    from stockade.supervisor.journal import DEFAULT_STATE_DIR
+
+    return None if args.no_journal else (args.state_dir or DEFAULT_STATE_DIR)
 
 
 def run_session(runner: Any, reporter: CallReporter) -> int:
     """Run to the end (the runner turns SIGINT/SIGTERM into a clean abort); map the end to an exit code."""
     import anthropic
     from stockade.sandbox import ToolLoadFailed
+    from stockade.supervisor.journal import JournalError
 
     with reporter.live_status():
         try:
             ended = runner.run()
-        except ToolLoadFailed as exc:
+        except (ToolLoadFailed, JournalError) as exc:
             raise UsageError(str(exc)) from None
         except anthropic.APIStatusError as exc:
             reporter.error(f"the API refused the session: {exc.status_code} {exc.message}")
@@ -126,6 +136,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         on_event=reporter.on_event,
         max_idle_s=config.run.max_idle_s if args.max_idle is None else args.max_idle,
         max_concurrent_calls=args.max_concurrent_calls or config.run.max_concurrent_calls,
+        state_dir=state_dir_of(args),
     )
     return run_session(runner, reporter)
 

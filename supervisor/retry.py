@@ -11,7 +11,7 @@ import json
 import random
 
 import anthropic
-import httpx
+import httpx2  # the transport of anthropic 2.x (a fork of httpx)
 
 __all__ = [
     "REQUEST_ERRORS",
@@ -38,7 +38,7 @@ class NonJSONResponse(Exception):
 
 
 REQUEST_ERRORS: tuple[type[Exception], ...] = (
-    httpx.HTTPError,
+    httpx2.HTTPError,
     anthropic.APIError,
     json.JSONDecodeError,
     UnicodeDecodeError,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 import anthropic
 from stockade.sandbox import Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.supervisor.journal import Journal
 from stockade.supervisor.records import CallRecord, RunEnd
 from stockade.supervisor.results import ResultParams
 from stockade.supervisor.session import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
@@ -56,6 +58,7 @@ class SessionRunner:
         max_reconnects: int | None = None,
         on_call: Callable[[CallRecord], None] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         """
         Args:
@@ -72,6 +75,8 @@ class SessionRunner:
           max_reconnects: consecutive reconnects allowed before `ReconnectLimitExceeded`; `None` = no limit.
           on_call: called once per handled call with its record.
           on_event: called once per new live event read from the stream.
+          state_dir: where the session's crash-safe journal lives (`journal.py`): a run restarted
+            after a crash posts the saved results instead of running those calls again; `None` = no journal.
         """
         if max_concurrent_calls is not None and max_concurrent_calls < 1:
             raise ValueError(
@@ -89,6 +94,7 @@ class SessionRunner:
         self._sandbox = sandbox
         self._on_call = on_call
         self._on_event = on_event
+        self.state_dir = state_dir
         self._abort_requested = threading.Event()
         self._abort: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,8 +157,8 @@ class SessionRunner:
             self._abort.set()
         client = _async_client(self._client).with_options(default_headers=HELPER_HEADERS)
         try:
-            async with self._open_sandbox() as sandbox:
-                config = await self._config(sandbox)
+            async with self._open_sandbox() as sandbox, self._open_journal() as journal:
+                config = await self._config(sandbox, journal)
                 loop = SessionLoop(
                     config,
                     reader=SessionReader(client, self.session_id),
@@ -173,7 +179,15 @@ class SessionRunner:
         async with Sandbox(policies=self.policies, default=self.default_policy) as sandbox:
             yield sandbox
 
-    async def _config(self, sandbox: Sandbox) -> LoopConfig:
+    @contextlib.asynccontextmanager
+    async def _open_journal(self) -> AsyncIterator[Journal | None]:
+        if self.state_dir is None:
+            yield None
+            return
+        with Journal.for_session(self.state_dir, self.session_id) as journal:
+            yield journal
+
+    async def _config(self, sandbox: Sandbox, journal: Journal | None) -> LoopConfig:
         infos = await sandbox.describe(self.tool_refs)
         # On duplicate names the later tool wins (A5).
         tools: dict[str, ToolInfo] = {info.name: info for info in infos}
@@ -186,6 +200,7 @@ class SessionRunner:
             max_idle_s=self.max_idle,
             max_concurrent_calls=self.max_concurrent_calls,
             max_reconnects=self.max_reconnects,
+            journal=journal,
         )
 
     def _emit(self, record: CallRecord, sink: Callable[[CallRecord], None]) -> None:

@@ -20,6 +20,7 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.dispatch import RunningCall, RunningCalls, ToolEnd
 from stockade.supervisor.errors import ReconnectLimitExceeded
 from stockade.supervisor.gate import Decision, confirmation_of, decide
+from stockade.supervisor.journal import Journal, Recovery
 from stockade.supervisor.post import ResultPoster, SendFn
 from stockade.supervisor.records import CallRecord, RunEnd
 from stockade.supervisor.results import (
@@ -60,6 +61,8 @@ class LoopConfig:
     max_idle_s: float | None
     max_concurrent_calls: int | None
     max_reconnects: int | None
+    journal: Journal | None = None
+    """Calls started, computed and posted, so a restarted run never runs a call twice (`journal.py`)."""
 
 
 class IdleCountdown:
@@ -277,17 +280,44 @@ class SessionLoop:
         self._handled.add(call.id)
         self._threads_used.add(call.thread)
         event = dict(call.event or {})
-        log.info("call_start tool=%s tool_use_id=%s thread=%s", call.name, call.id, call.thread)
-        end = await self._execute(event, info, running)
-        result = _result_for(event, end)
+        journal = self._config.journal
+        recovery = journal.recover(event) if journal is not None else None
+        if recovery is not None and recovery.posted:
+            # An earlier run's result the API accepted, though the history does not show it yet.
+            self._report(call, recovery.result, posted=True, executed=False, outcome=None)
+            return
+        result, end = await self._result_of(call, event, info, running, recovery)
         posted = False
         if self._view.has_terminated(call.thread):
             log.info("result_not_posted reason=thread_terminated tool_use_id=%s", call.id)
         else:
             result, posted = await ResultPoster(self._send, event, self._stopping).post(result)
-        outcome = None if isinstance(end, str | Exception) else end
-        self._report(call, result, posted=posted, executed=True, outcome=outcome)
+            if posted and journal is not None:
+                journal.posted(call.id, call.name, result)
+        outcome = None if end is None or isinstance(end, str | Exception) else end
+        self._report(call, result, posted=posted, executed=recovery is None, outcome=outcome)
         self._countdown.record_activity()
+
+    async def _result_of(
+        self,
+        call: TrackedCall,
+        event: dict[str, Any],
+        info: ToolInfo,
+        running: RunningCall,
+        recovery: Recovery | None,
+    ) -> tuple[ResultParams, ToolEnd | None]:
+        """The journal's saved result for a call an earlier run started, else the call's own, journaled."""
+        if recovery is not None:
+            return recovery.result, None
+        journal = self._config.journal
+        if journal is not None:
+            journal.started(call.id, call.name)
+        log.info("call_start tool=%s tool_use_id=%s thread=%s", call.name, call.id, call.thread)
+        end = await self._execute(event, info, running)
+        result = _result_for(event, end)
+        if journal is not None:
+            journal.computed(call.id, call.name, result)
+        return result, end
 
     async def _execute(self, event: dict[str, Any], info: ToolInfo, running: RunningCall) -> ToolEnd:
         policy = self._config.policies.get(info.name, self._config.default_policy)

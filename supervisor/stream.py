@@ -62,7 +62,8 @@ class SessionReader:
         """Stream, then status, then all history; each read bounded by `request_timeout_s(attempt)`."""
         timeout_s = request_timeout_s(attempt)
         events = self._client.beta.sessions.events
-        stream = await asyncio.wait_for(events.stream(self._session_id, timeout=timeout_s), timeout_s)
+        # Only the opening is bounded: a live stream may be quiet for long (keepalives are comments).
+        stream = await asyncio.wait_for(events.stream(self._session_id), timeout_s)
         try:
             reads_began_s = time.monotonic()
             status = await self._status(timeout_s)

@@ -94,7 +94,12 @@ def run_scenario(
     options.setdefault("max_idle", 0.3)
     options.setdefault("default_policy", POLICY)
     runner = SessionRunner(
-        client_for(emu), sid, tools=tools or ALL_TOOLS, on_call=records.append, on_event=events.append, **options
+        client_for(emu),
+        sid,
+        tools=tools or ALL_TOOLS,
+        on_call=records.append,
+        on_event=events.append,
+        **options,
     )
     helper = threading.Thread(target=during, args=(emu, sid, runner), daemon=True) if during else None
     started = time.monotonic()
