@@ -124,16 +124,6 @@ def discover_layout() -> CgroupLayout:
     return CgroupLayout(mode, found.get("memory"), found.get("pids"), unified, v2_limits)
 
 
-def _read_key(path: str, key: str) -> int:
-    """The integer after `key` in a `key value` per line file (0 if missing)."""
-    with contextlib.suppress(OSError):
-        for line in Path(path).read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    return 0
-
-
 def _write(path: str, value: str) -> bool:
     try:
         Path(path).write_text(value)
@@ -160,6 +150,22 @@ class WorkerCgroup:
         )
         self._peak_fd: int | None = None
         self._baseline = (0, 0, 0.0)
+        self._fds: dict[str, int] = {}
+        """Counter files kept open: a per-call open+read+close of each costs more than the call."""
+
+    def _fd(self, path: str) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDWR if path.endswith("_in_bytes") else os.O_RDONLY)
+        return self._fds[path]
+
+    def _read_key(self, path: str, key: str) -> int:
+        """`_read_key` through a kept-open fd (pread from offset 0 re-reads a cgroup file)."""
+        with contextlib.suppress(OSError, ValueError):
+            for line in os.pread(self._fd(path), 4096, 0).decode().splitlines():
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+        return 0
 
     def create(self, memory_bytes: int | None, max_processes: int | None) -> None:
         """mkdir every directory and write the limits; raises OSError if a limit cannot be set."""
@@ -204,14 +210,16 @@ class WorkerCgroup:
     def _counters(self) -> tuple[int, int, float]:
         """(oom kills, pids.max hits, cpu seconds) so far."""
         if self.layout.v2_limits:
-            ooms = _read_key(os.path.join(self.memory_dir, "memory.events"), "oom_kill")
+            ooms = self._read_key(os.path.join(self.memory_dir, "memory.events"), "oom_kill")
         else:
-            ooms = _read_key(os.path.join(self.memory_dir, "memory.oom_control"), "oom_kill")
-        pid_hits = _read_key(os.path.join(self.pids_dir, "pids.events"), "max") if self.has_pids else 0
-        cpu_us = (
-            _read_key(os.path.join(self.unified_dir, "cpu.stat"), "usage_usec") if self.unified_dir else 0
-        )
-        return ooms, pid_hits, cpu_us / 1e6
+            ooms = self._read_key(os.path.join(self.memory_dir, "memory.oom_control"), "oom_kill")
+        pid_hits = self._read_key(os.path.join(self.pids_dir, "pids.events"), "max") if self.has_pids else 0
+        return ooms, pid_hits, self._cpu_total_s()
+
+    def _cpu_total_s(self) -> float:
+        if self.unified_dir is None:
+            return 0.0
+        return self._read_key(os.path.join(self.unified_dir, "cpu.stat"), "usage_usec") / 1e6
 
     def reset_peak(self) -> None:
         """Start a new accounting window: peak memory, cpu and limit counters."""
@@ -219,11 +227,12 @@ class WorkerCgroup:
             with contextlib.suppress(OSError):
                 os.pwrite(self._peak_fd, b"reset", 0)
         elif self.has_memory:
-            _write(os.path.join(self.memory_dir, "memory.max_usage_in_bytes"), "0")
+            with contextlib.suppress(OSError):
+                os.pwrite(self._fd(os.path.join(self.memory_dir, "memory.max_usage_in_bytes")), b"0", 0)
         self._baseline = self._counters()
 
     def cpu_s(self) -> float | None:
-        return self._counters()[2] - self._baseline[2] if self.unified_dir else None
+        return self._cpu_total_s() - self._baseline[2] if self.unified_dir else None
 
     def peak_bytes(self) -> int | None:
         if self._peak_fd is not None:
@@ -232,7 +241,9 @@ class WorkerCgroup:
             return None
         if not self.has_memory:
             return None
-        return _read_first_int(os.path.join(self.memory_dir, "memory.max_usage_in_bytes"))
+        with contextlib.suppress(OSError, ValueError):
+            return int(os.pread(self._fd(os.path.join(self.memory_dir, "memory.max_usage_in_bytes")), 64, 0))
+        return None
 
     def limit_hit(self) -> str | None:
         ooms, pid_hits, _ = self._counters()
@@ -247,6 +258,9 @@ class WorkerCgroup:
         if self._peak_fd is not None:
             os.close(self._peak_fd)
             self._peak_fd = None
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         _remove_dirs(self.dirs, self.unified_dir)
 
 
@@ -281,12 +295,6 @@ def _remove_dirs(dirs: list[str], unified_dir: str | None) -> None:
         _kill_dirs(dirs, unified_dir, RMDIR_RETRY_S)
     for path in dirs:
         _rmdir(path)
-
-
-def _read_first_int(path: str) -> int | None:
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path(path).read_text().split()[0])
-    return None
 
 
 def _rmdir(path: str) -> None:

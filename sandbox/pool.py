@@ -52,7 +52,7 @@ from stockade.sandbox.spawn import (
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.zygote import TRUSTED_PRELOAD, Zygote, ZygoteError
+from stockade.sandbox.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, Zygote, ZygoteError
 
 __all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
 
@@ -124,6 +124,11 @@ class Sandbox:
         report.update(self._isolation)
         return report
 
+    @property
+    def zygote_pid(self) -> int | None:
+        """Pid of the running zygote that forks this sandbox's workers, if there is one."""
+        return self._zygote.pid if self._zygote is not None and self._zygote.alive else None
+
     def worker_pids(self) -> set[int]:
         """Pids of the live workers (idle, pinned and busy)."""
         return {worker.pid for worker in self._live if worker.spawned}
@@ -167,7 +172,7 @@ class Sandbox:
                 return None
             if self._zygote is not None and self._zygote.alive:
                 return self._zygote
-            env = limits.worker_env(ResourcePolicy(), "/", {tree.MARKER_ENV: f"{self.marker}-zygote"})
+            env = limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: self.marker})
             self._zygote = Zygote(env, self._preload)
             try:
                 await self._zygote.start()
@@ -391,14 +396,15 @@ class Sandbox:
     async def aclose(self) -> None:
         """Kill every worker and whatever they left running. Idempotent."""
         self._closed = True
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        try:
+            for task in list(self._background):
+                task.cancel()  # A refill cancelled mid-fork reaps the worker it was forking.
+            await asyncio.gather(*self._background, return_exceptions=True)
+        finally:
+            if self._zygote is not None:  # Synchronous: a cancelled close cannot skip it.
+                self._zygote.close()
         await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         self._idle.clear()
-        async with self._zygote_lock:
-            if self._zygote is not None:
-                await self._zygote.aclose()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
 
 

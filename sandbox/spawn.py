@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -22,11 +23,10 @@ import time
 from typing import Any
 
 import msgspec
-from stockade.sandbox import isolation, limits, tree
+from stockade.sandbox import isolation, limits, tree, treekill
 from stockade.sandbox.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.isolation import Cage
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.zygote import Zygote, ZygoteError
 from stockade.sandbox.protocol import (
     PROTOCOL_VERSION,
     FromWorker,
@@ -37,6 +37,7 @@ from stockade.sandbox.protocol import (
     decode_from_worker,
     encode,
 )
+from stockade.sandbox.zygote import Zygote, ZygoteError
 
 __all__ = [
     "FRAME_OVERHEAD_BYTES",
@@ -58,6 +59,9 @@ PIPE_DRAIN_S = 0.3
 """After a death, how long to wait for the last stderr bytes (a grandchild may hold the pipe)."""
 READ_LIMIT_BYTES = 256 << 10
 """Buffer of the reply reader; reading pauses above it, so a flood cannot grow our memory."""
+
+_MARKERS = (tree.MARKER_ENV, treekill.MARKER_ENV)
+"""Variables by which sweeps find a worker's processes in /proc: they must show there."""
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +187,28 @@ class WorkerProcess:
         finally:
             for fd in (req_r, rep_w, out_w, err_w):
                 os.close(fd)
-        self.cage.attach(self.pid)
+        # Moving a process between cgroups waits for an RCU grace period (milliseconds): do it in
+        # a thread while the worker applies its own layers. No request is sent before it is done.
+        attach = asyncio.ensure_future(asyncio.to_thread(self.cage.attach, self.pid))
         self.exited: asyncio.Future[int | None] = loop.create_future()
         self._pidfd = os.pidfd_open(self.pid)
         loop.add_reader(self._pidfd, self._on_exit)
-        await self._connect(loop, req_w, rep_r, out_r, err_r)
-        await self._handshake()
+        try:
+            try:
+                await self._connect(loop, req_w, rep_r, out_r, err_r)
+            finally:
+                await attach
+            await self._handshake()
+        except asyncio.CancelledError:
+            self.kill_now()  # Nobody else knows this worker yet.
+            raise
 
     async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
         """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
         if self.zygote is not None and self.zygote.alive:
             try:
-                pid = await self.zygote.fork(self._config_json(fds[0], fds[1]), env, self.workdir, fds)
+                config = self._config_json(fds[0], fds[1])
+                pid = await self.zygote.fork(config, env, self.workdir, fds, _MARKERS)
             except ZygoteError as exc:
                 log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
             else:
@@ -237,6 +251,16 @@ class WorkerProcess:
         )
         self._writer = asyncio.StreamWriter(req, protocol, None, loop)
         self._transports: list[asyncio.BaseTransport] = [out, err, rep, req]
+
+    def _reap(self) -> None:
+        """Reap the killed worker, which its exit watcher (stopped at `close`) has not yet seen.
+
+        Its tree is dead or dying by now; a SIGKILLed process can take a moment to become reapable."""
+        select.select([self._pidfd], [], [], EXIT_AFTER_EOF_S)
+        with contextlib.suppress(ChildProcessError):
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+            if pid:
+                self.status, self.rusage = status, rusage
 
     def _on_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -344,10 +368,11 @@ class WorkerProcess:
         if self._closed:
             return
         self._closed = True
-        for transport in self._transports:
+        for transport in getattr(self, "_transports", []):
             transport.close()
         if not self.exited.done():
             asyncio.get_running_loop().remove_reader(self._pidfd)
+            self._reap()
         os.close(self._pidfd)
         self._release_resources()
 

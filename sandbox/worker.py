@@ -70,20 +70,37 @@ def _resource_of(exc: BaseException) -> str | None:
     return None
 
 
-def _peak_rss_bytes() -> int:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+class _ProcFiles:
+    """/proc/self/status and /proc/self/clear_refs, opened once: re-opening them on every call
+    cost more than a trivial tool's whole call."""
 
+    def __init__(self) -> None:
+        self._fds: dict[str, int | None] = {}
 
-def _reset_peak_rss() -> None:
-    # Not Linux, or no permission: the peak then covers the worker's lifetime.
-    with contextlib.suppress(OSError):
-        Path("/proc/self/clear_refs").write_text("5")
+    def _fd(self, name: str, flags: int) -> int | None:
+        if name not in self._fds:
+            try:
+                self._fds[name] = os.open(f"/proc/self/{name}", flags)
+            except OSError:
+                self._fds[name] = None
+        return self._fds[name]
+
+    def peak_rss_bytes(self) -> int:
+        """The peak RSS since the last `reset_peak_rss` (VmHWM), or of the whole life without /proc."""
+        fd = self._fd("status", os.O_RDONLY)
+        with contextlib.suppress(OSError, ValueError):
+            status = os.pread(fd, 8192, 0) if fd is not None else b""
+            for line in status.splitlines():
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def reset_peak_rss(self) -> None:
+        # Not Linux, or no permission: the peak then covers the worker's lifetime.
+        fd = self._fd("clear_refs", os.O_WRONLY)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"5")
 
 
 def _cpu_s(who: int) -> float:
@@ -98,6 +115,7 @@ class Worker:
         self.config = config
         self.policy = config.policy
         self._tools: dict[str, dict[str, Tool]] = {}
+        self._proc = _ProcFiles()
 
     def tools(self, ref: str) -> dict[str, Tool]:
         """The tools of `ref` by name, importing them on first use."""
@@ -119,7 +137,7 @@ class Worker:
         os.chdir(request.workdir)
         os.environ.update(HOME=request.workdir, TMPDIR=request.workdir, STOCKADE_CALL_ID=request.call_id)
         limits.set_call_cpu_budget(self.policy)
-        _reset_peak_rss()
+        self._proc.reset_peak_rss()
 
     def _invoke(self, request: RunTool) -> ToolOk | ToolFailed:
         try:
@@ -163,7 +181,7 @@ class Worker:
         cpu_after = _cpu_s(resource.RUSAGE_SELF)
         usage = CallUsage(
             cpu_s=cpu_after + _cpu_s(resource.RUSAGE_CHILDREN) - cpu_before,
-            max_rss_bytes=_peak_rss_bytes(),
+            max_rss_bytes=self._proc.peak_rss_bytes(),
             worker_cpu_s=cpu_after,
         )
         return msgspec.structs.replace(reply, usage=usage)

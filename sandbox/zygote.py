@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -27,16 +28,17 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 import traceback
+from pathlib import Path
 
 import msgspec
 
 __all__ = [
     "TRUSTED_PRELOAD",
-    "Forked",
+    "ZYGOTE_ENV",
     "ForkFailed",
     "ForkRequest",
+    "Forked",
     "Zygote",
     "ZygoteError",
     "ZygoteReady",
@@ -57,6 +59,14 @@ FORK_TIMEOUT_S = 5.0
 """How long one fork may take before the zygote counts as hung (a fork takes milliseconds)."""
 EXIT_WAIT_S = 2.0
 EXIT_FORK_FAILED = 70
+ZYGOTE_ENV = "STOCKADE_ZYGOTE"
+"""Names the sandbox a zygote belongs to (not a worker marker: the zygote is no worker)."""
+SLACK_ENV = "STOCKADE_ENV_SLACK"
+SLACK_BYTES = 32 << 10
+"""Room reserved in the zygote's exec-time environment block for each worker's own environment."""
+_ENV_START_FIELD = 47
+"""Index of `env_start` (field 50 of /proc/<pid>/stat) among the fields after the command name."""
+_ENV_END_FIELD = 48
 _PID = struct.Struct("=i")
 
 
@@ -74,6 +84,8 @@ class ForkRequest(_ControlMessage, frozen=True, tag="fork"):
     config: str
     env: dict[str, str]
     cwd: str
+    markers: tuple[str, ...] = ()
+    """Variables that must show in /proc/<pid>/environ even if the whole environment does not fit."""
 
 
 class ZygoteReady(_ControlMessage, frozen=True, tag="zygote_ready"):
@@ -97,7 +109,8 @@ class ForkFailed(_ControlMessage, frozen=True, tag="fork_failed"):
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
-_replies = msgspec.msgpack.Decoder(ZygoteReady | Forked | ForkFailed)
+_Reply = ZygoteReady | Forked | ForkFailed
+_replies: msgspec.msgpack.Decoder[_Reply] = msgspec.msgpack.Decoder(_Reply)
 
 
 # Zygote side (runs in the zygote and in the forked children)
@@ -111,10 +124,32 @@ def _close_all_but(keep: set[int]) -> None:
                 os.close(int(name))
 
 
-def _adopt_env(env: dict[str, str]) -> None:
-    """Become a process started with `env`: the variables, and the import path PYTHONPATH gives."""
+def _rewrite_proc_environ(env: dict[str, str], priority: tuple[str, ...]) -> bool:
+    """Overwrite the exec-time environment block that /proc/<pid>/environ shows, in place.
+
+    A forked process still shows the zygote's block there, but tree sweeps and leak checks find a
+    worker's processes by the marker in it. The zygote's block reserves `SLACK_ENV` for this; the
+    `priority` variables go first, so they survive if the rest does not fit. True if all fit.
+    """
+    fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+    start, end = int(fields[_ENV_START_FIELD]), int(fields[_ENV_END_FIELD])
+    order = [*(k for k in priority if k in env), *(k for k in env if k not in priority)]
+    block = bytearray()
+    for key in order:
+        entry = f"{key}={env[key]}".encode() + b"\0"
+        if len(block) + len(entry) > end - start:
+            break
+        block += entry
+    ctypes.memmove(start, bytes(block.ljust(end - start, b"\0")), end - start)
+    return len(block) == sum(len(f"{k}={v}".encode()) + 1 for k, v in env.items())
+
+
+def _adopt_env(env: dict[str, str], priority: tuple[str, ...]) -> None:
+    """Become a process started with `env`: the variables, /proc's view of them, and the import
+    path PYTHONPATH gives."""
     os.environ.clear()
     os.environ.update(env)
+    _rewrite_proc_environ(env, priority)
     extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     sys.path[0:0] = [os.path.abspath(p) for p in extra]
 
@@ -130,14 +165,14 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         _close_all_but({0, 1, 2, req_r, rep_w})
-        _adopt_env(request.env)
+        _adopt_env(request.env, request.markers)
         os.chdir(request.cwd)
         config = msgspec.json.decode(request.config)
         config.update(request_fd=req_r, reply_fd=rep_w)
         from stockade.sandbox import worker
 
-        sys.argv = ["stockade.sandbox.worker"]
-        code = worker.main([msgspec.json.encode(config).decode()])
+        sys.argv = [worker.__file__, msgspec.json.encode(config).decode()]  # as `python -m` sets it
+        code = worker.main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -217,7 +252,7 @@ class Zygote:
     """The supervisor's handle on one zygote process; `fork` is serialised by a lock."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
-        self.env = env
+        self.env = {**env, SLACK_ENV: "x" * SLACK_BYTES}
         self.preload = preload
         self.pid = 0
         self._lock = asyncio.Lock()
@@ -250,12 +285,12 @@ class Zygote:
         self._sock = ours
         ready = await self._reply(STARTUP_TIMEOUT_S)
         if not isinstance(ready, ZygoteReady):
-            await self.aclose()
+            self.close()
             raise ZygoteError(f"zygote sent {type(ready).__name__} instead of ready")
         self.pid = ready.pid
         log.info("zygote_ready pid=%d preloaded=%s", ready.pid, ",".join(ready.preloaded))
 
-    async def _reply(self, timeout_s: float) -> ZygoteReady | Forked | ForkFailed:
+    async def _reply(self, timeout_s: float) -> _Reply:
         assert self._sock is not None
         loop = asyncio.get_running_loop()
         try:
@@ -264,42 +299,69 @@ class Zygote:
                 raise ZygoteError("zygote closed its socket")
             return _replies.decode(data)
         except (TimeoutError, OSError, msgspec.DecodeError) as exc:
-            await self.aclose()
+            self.close()
             raise ZygoteError(f"zygote failed: {type(exc).__name__}: {exc}") from None
         except ZygoteError:
-            await self.aclose()
+            self.close()
             raise
 
-    async def fork(self, config: str, env: dict[str, str], cwd: str, fds: list[int]) -> int:
-        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid."""
+    async def fork(
+        self, config: str, env: dict[str, str], cwd: str, fds: list[int], markers: tuple[str, ...] = ()
+    ) -> int:
+        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
+
+        `markers` name the variables of `env` that must show in the worker's /proc environ."""
         async with self._lock:
             if self._sock is None:
                 raise ZygoteError("zygote is closed")
-            payload = _encoder.encode(ForkRequest(config=config, env=env, cwd=cwd))
+            request = ForkRequest(config=config, env=env, cwd=cwd, markers=markers)
+            payload = _encoder.encode(request)
             try:
                 socket.send_fds(self._sock, [payload], fds)
             except OSError as exc:
-                await self.aclose()
+                self.close()
                 raise ZygoteError(f"zygote unreachable: {exc}") from None
-            reply = await self._reply(FORK_TIMEOUT_S)
+            try:
+                reply = await self._reply(FORK_TIMEOUT_S)
+            except asyncio.CancelledError:
+                self._abandon_fork()
+                raise
         if isinstance(reply, Forked):
             return reply.pid
         raise ZygoteError(reply.message if isinstance(reply, ForkFailed) else "unexpected reply")
 
-    async def aclose(self) -> None:
-        """Close the socket (the zygote exits at EOF), then make sure it is dead. Idempotent."""
+    def _abandon_fork(self) -> None:
+        """The caller was cancelled mid-fork: read the pending reply, then kill and reap that worker
+        (it is our child, and nobody else knows its pid)."""
+        if self._sock is None:
+            return
+        try:
+            self._sock.settimeout(FORK_TIMEOUT_S)
+            reply = _replies.decode(self._sock.recv(MESSAGE_BYTES))
+            self._sock.setblocking(False)
+        except (OSError, msgspec.DecodeError):
+            self.close()
+            return
+        if isinstance(reply, Forked):
+            with contextlib.suppress(ChildProcessError, ProcessLookupError):
+                os.kill(reply.pid, signal.SIGKILL)
+                os.waitpid(reply.pid, 0)
+
+    def close(self) -> None:
+        """Close the socket (the zygote exits at EOF at once), then reap it. Idempotent.
+
+        Synchronous on purpose: a close cut short by cancellation would leave a zombie behind."""
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        deadline = time.monotonic() + EXIT_WAIT_S
-        while proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-        if proc.poll() is None:
+        try:
+            proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            await asyncio.to_thread(proc.wait)
+            proc.wait()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Benchmarks. `python scripts/bench.py sandbox` measures the sandbox core:
+"""Benchmarks: `python scripts/bench.py sandbox | session | all`.
 
-- a call through a warm worker vs calling the same tool in-process;
-- a fresh process per call (no warm worker) vs a warm pool, and a recycled-per-call pool that
-  pre-starts the next worker in the background;
-- time from a call's deadline until its tree is dead and the outcome is back.
+`sandbox` measures the sandbox core alone: a call through a warm worker vs calling the same tool
+in-process; a fresh process per call; the time from a call's deadline until its tree is dead.
 
-Every number is a median; ratios are to the in-process baseline.
+`session` measures whole sessions against the emulator, each mode on the same work in one run, as
+ratios to the official SDK's in-process `SessionToolRunner` (the baseline): stockade with a warm
+pool, stockade with a fresh forked process per call, and two naive alternatives (a
+`subprocess.run` interpreter per call; a `ProcessPoolExecutor`). Per-call latency is measured at
+the emulator, from the tool-use event's `processed_at` to the arrival of its result post.
+
+This module is also the tool module the workers import (`bench:TOOLS`), so its top level imports
+only `stockade.tools.base`; everything heavier is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -15,27 +20,59 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import msgspec
-from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox
 from stockade.tools.base import ToolContext, tool
 
 REF = "bench:TOOLS"
+SCRIPTS_DIR = Path(__file__).resolve().parent
 IN_PROCESS_CALLS = 2000
 WARM_CALLS = 300
 FRESH_CALLS = 20
 DEADLINE_RUNS = 5
 DEADLINE_WALL_S = 0.3
+DEADLINE_GRACE_S = 0.1
+SESSION_CALLS = 60
+"""Sequential calls per latency session."""
+BATCH_CALLS = 40
+"""Calls emitted at once (round-robin over `THREADS` session threads) per throughput session."""
+THREADS = 4
+SPIN_ROUNDS = 200_000
+"""Work of the CPU-bound tool (about 10-20 ms of CPU here)."""
+STARTUP_RUNS = 5
+SESSION_TIMEOUT_S = 300.0
+API_KEY = "bench-key"
+
+
+def echo_fn(text: str) -> str:
+    """Return `text`."""
+    return text
+
+
+def spin_fn(rounds: int) -> str:
+    """Burn CPU for `rounds` rounds; return a checksum."""
+    total = 0
+    for i in range(rounds):
+        total = (total + i * i) % 1_000_003
+    return str(total)
 
 
 @tool
 def echo(text: str) -> str:
     """Return `text`."""
-    return text
+    return echo_fn(text)
+
+
+@tool
+def spin(rounds: int) -> str:
+    """Burn CPU for `rounds` rounds; return a checksum."""
+    return spin_fn(rounds)
 
 
 @tool
@@ -46,11 +83,19 @@ def spin_tree() -> str:
         pass
 
 
-TOOLS = [echo, spin_tree]
+TOOLS = [echo, spin, spin_tree]
+WORK: dict[str, tuple[str, dict[str, Any]]] = {
+    "trivial": ("echo", {"text": "hi"}),
+    "cpu": ("spin", {"rounds": SPIN_ROUNDS}),
+}
 
 
-def _median_s(samples: list[float]) -> float:
-    return statistics.median(samples)
+def _pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# Sandbox core
 
 
 def bench_in_process() -> float:
@@ -60,15 +105,16 @@ def bench_in_process() -> float:
         started = time.perf_counter()
         echo.invoke({"text": "hi"}, ctx)
         samples.append(time.perf_counter() - started)
-    return _median_s(samples)
+    return statistics.median(samples)
 
 
-async def _timed_calls(sandbox: Sandbox, count: int, name: str = "echo") -> list[float]:
+async def _timed_calls(sandbox: Any, count: int, name: str = "echo") -> list[float]:
+    from stockade.sandbox import CallRequest
+
     samples = []
     for index in range(count):
-        request = CallRequest(
-            call_id=f"b{index}", name=name, ref=REF, input={"text": "hi"} if name == "echo" else {}
-        )
+        input = {"text": "hi"} if name == "echo" else {}
+        request = CallRequest(call_id=f"b{index}", name=name, ref=REF, input=input)
         started = time.perf_counter()
         outcome = await sandbox.run(request)
         samples.append(time.perf_counter() - started)
@@ -76,63 +122,295 @@ async def _timed_calls(sandbox: Sandbox, count: int, name: str = "echo") -> list
     return samples
 
 
-async def _with_sandbox(policy: ResourcePolicy, body: Callable[[Sandbox], Awaitable[float]]) -> float:
+async def _with_sandbox(policy: Any, body: Callable[[Any], Awaitable[float]]) -> float:
+    from stockade.sandbox import Sandbox
+
     async with Sandbox(default=policy) as sandbox:
         await _timed_calls(sandbox, 1)  # Warm-up: the first worker's start-up is not the subject.
         return await body(sandbox)
 
 
-async def bench_pool(policy: ResourcePolicy, count: int, pause_s: float = 0.0) -> float:
-    async def body(sandbox: Sandbox) -> float:
+async def bench_pool(policy: Any, count: int, pause_s: float = 0.0) -> float:
+    async def body(sandbox: Any) -> float:
         samples = []
         for _ in range(count):
             samples += await _timed_calls(sandbox, 1)
             await asyncio.sleep(pause_s)  # Lets a background refill finish, as between real calls.
-        return _median_s(samples)
+        return statistics.median(samples)
 
     return await _with_sandbox(policy, body)
 
 
-async def bench_deadline(policy: ResourcePolicy) -> float:
-    async def body(sandbox: Sandbox) -> float:
+async def bench_deadline(policy: Any) -> float:
+    """Median time from deadline + grace until the outcome is back (the tree is dead by then)."""
+
+    async def body(sandbox: Any) -> float:
         samples = await _timed_calls(sandbox, DEADLINE_RUNS, name="spin_tree")
-        return _median_s([sample - DEADLINE_WALL_S for sample in samples])
+        return statistics.median([s - policy.wall_timeout_s - policy.grace_s for s in samples])
 
     return await _with_sandbox(policy, body)
 
 
-def _row(label: str, seconds: float, baseline: float) -> str:
-    return f"{label:<52} {seconds * 1e6:>10.1f} µs {seconds / baseline:>10.1f}x"
+def _policies() -> dict[str, Any]:
+    import msgspec
+    from stockade.sandbox import ResourcePolicy
+
+    os.environ["PYTHONPATH"] = str(SCRIPTS_DIR)
+    base = ResourcePolicy(env_passthrough=("PYTHONPATH",))
+    return {
+        "warm": msgspec.structs.replace(base, max_calls_per_worker=10_000),
+        "fresh": msgspec.structs.replace(base, max_calls_per_worker=1, pool_size=0),
+        "prestarted": msgspec.structs.replace(base, max_calls_per_worker=1, pool_size=1),
+        "deadline": msgspec.structs.replace(base, wall_timeout_s=DEADLINE_WALL_S, grace_s=DEADLINE_GRACE_S),
+    }
 
 
 def run_sandbox_bench() -> None:
-    os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent)
-    base = ResourcePolicy(env_passthrough=("PYTHONPATH",))
-    warm = msgspec.structs.replace(base, max_calls_per_worker=10_000)
-    fresh = msgspec.structs.replace(base, max_calls_per_worker=1, pool_size=0)
-    prestarted = msgspec.structs.replace(base, max_calls_per_worker=1, pool_size=1)
-    deadline = msgspec.structs.replace(base, wall_timeout_s=DEADLINE_WALL_S, grace_s=0.0)
+    policies = _policies()
     baseline = bench_in_process()
     rows = [
         ("in-process call (baseline)", baseline),
-        ("warm worker round trip", asyncio.run(bench_pool(warm, WARM_CALLS))),
-        ("fresh process per call (spawn + isolate + call)", asyncio.run(bench_pool(fresh, FRESH_CALLS))),
+        ("warm worker round trip", asyncio.run(bench_pool(policies["warm"], WARM_CALLS))),
         (
-            "fresh per call, next worker pre-started (pool_size=1)",
-            asyncio.run(bench_pool(prestarted, FRESH_CALLS, 0.3)),
+            "fresh forked process per call (pool_size=0)",
+            asyncio.run(bench_pool(policies["fresh"], FRESH_CALLS)),
         ),
-        ("deadline -> tree dead + outcome (grace 0, 2 procs)", asyncio.run(bench_deadline(deadline))),
+        (
+            "fresh per call, next one pre-forked (pool_size=1)",
+            asyncio.run(bench_pool(policies["prestarted"], FRESH_CALLS, 0.1)),
+        ),
+        (
+            f"deadline+grace({DEADLINE_GRACE_S:g}s) -> tree dead (2 procs)",
+            asyncio.run(bench_deadline(policies["deadline"])),
+        ),
     ]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; medians; ratio to the in-process call")
     for label, seconds in rows:
-        print(_row(label, seconds, baseline))
+        print(f"{label:<52} {seconds * 1e6:>10.1f} µs {seconds / baseline:>10.1f}x")
+
+
+# Sessions against the emulator
+
+NAIVE_CHILD = (
+    "import json, sys; sys.path.insert(0, sys.argv[1]); import bench; "
+    "f = {'echo': bench.echo_fn, 'spin': bench.spin_fn}[sys.argv[2]]; print(f(**json.loads(sys.argv[3])))"
+)
+
+
+def _scenario(kind: str, calls: int, threads: int) -> dict[str, Any]:
+    """`calls` calls of the `kind` tool: one at a time (threads=0), or all at once over `threads`."""
+    name, input = WORK[kind]
+    steps: list[dict[str, Any]] = []
+    for i in range(calls):
+        step = {"tool_use": name, "id": f"tu_{i}", "input": input, "permission": "allow"}
+        if threads:
+            steps.append({**step, "thread": f"sthr_{i % threads}", "requires_action": False})
+        else:
+            steps += [step, {"wait": [f"tu_{i}"], "timeout_s": SESSION_TIMEOUT_S}]
+    if threads:
+        steps.append({"wait": "all", "timeout_s": SESSION_TIMEOUT_S})
+    return {"steps": [*steps, {"idle": "end_turn"}]}
+
+
+def _sdk_tools(mode: str, pool: Any) -> list[Any]:
+    """The SDK's runnable tools for `mode`: in-process, a subprocess per call, or a process pool."""
+    import json
+
+    from anthropic import beta_async_tool
+
+    async def run(name: str, **kwargs: Any) -> str:
+        if mode == "sdk":
+            return echo_fn(**kwargs) if name == "echo" else spin_fn(**kwargs)
+        if mode == "subprocess":
+            argv = [sys.executable, "-c", NAIVE_CHILD, str(SCRIPTS_DIR), name, json.dumps(kwargs)]
+            done = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, check=True)
+            return done.stdout.strip()
+        fn = echo_fn if name == "echo" else spin_fn
+        return str(await asyncio.get_running_loop().run_in_executor(pool, fn, *kwargs.values()))
+
+    @beta_async_tool
+    async def echo(text: str) -> str:
+        """Return `text`."""
+        return await run("echo", text=text)
+
+    @beta_async_tool
+    async def spin(rounds: int) -> str:
+        """Burn CPU for `rounds` rounds; return a checksum."""
+        return await run("spin", rounds=rounds)
+
+    return [echo, spin]
+
+
+def _memory(pids: set[int]) -> tuple[int, int]:
+    """Summed (RSS, PSS) bytes of `pids`."""
+    import psutil
+
+    rss = pss = 0
+    for pid in pids:
+        try:
+            info = psutil.Process(pid).memory_full_info()
+        except psutil.Error:
+            continue
+        rss, pss = rss + info.rss, pss + info.pss
+    return rss, pss
+
+
+class Measure:
+    """Latencies and memory of one session run."""
+
+    def __init__(self) -> None:
+        self.latencies_s: list[float] = []
+        self.span_s = 0.0
+        self.workers: tuple[int, int, int] = (0, 0, 0)
+        """(worker count, summed RSS, summed PSS), sampled while the last session ran."""
+
+
+def _read_latencies(emu: Any, sid: str, measure: Measure) -> None:
+    """Per call: the tool-use event's `processed_at` to the arrival of its accepted result post."""
+    emitted = {
+        ev["id"]: datetime.fromisoformat(ev["processed_at"].replace("Z", "+00:00")).timestamp()
+        for ev in emu.events(sid)
+        if ev.get("type") == "agent.tool_use"
+    }
+    posted: dict[str, float] = {}
+    for request in emu.requests(sid, endpoint="send"):
+        for event in (request.body or {}).get("events", []) if request.status == 200 else []:
+            posted.setdefault(event.get("tool_use_id", ""), request.time)
+    assert set(posted) >= set(emitted), f"unanswered calls: {set(emitted) - set(posted)}"
+    measure.latencies_s = [posted[i] - emitted[i] for i in emitted]
+    measure.span_s = max(posted.values()) - min(emitted.values())
+
+
+async def _sample_workers(sandbox: Any, measure: Measure, done: asyncio.Event) -> None:
+    while not done.is_set():
+        pids = set(sandbox.worker_pids())
+        if sandbox.zygote_pid is not None:
+            pids.add(sandbox.zygote_pid)
+        rss, pss = _memory(pids)
+        if rss > measure.workers[1]:
+            measure.workers = (len(pids), rss, pss)
+        await asyncio.sleep(0.05)
+
+
+async def _run_stockade(client: Any, sid: str, policy: Any, concurrency: int, measure: Measure) -> None:
+    from stockade.sandbox import Sandbox
+    from stockade.supervisor import SessionRunner
+
+    async with Sandbox(default=policy) as sandbox:
+        await sandbox.describe([REF])  # Warm: the zygote and the first worker exist before the session.
+        done = asyncio.Event()
+        sampler = asyncio.ensure_future(_sample_workers(sandbox, measure, done))
+        runner = SessionRunner(
+            client, sid, tools=[REF], default_policy=policy, sandbox=sandbox, max_idle=0,
+            max_concurrent_calls=concurrency,
+        )  # fmt: skip
+        await runner.until_done()
+        done.set()
+        await sampler
+
+
+async def _run_session(emu: Any, mode: str, kind: str, threads: int, concurrency: int) -> Measure:
+    import concurrent.futures
+
+    import msgspec
+    from anthropic import AsyncAnthropic
+
+    calls = BATCH_CALLS if threads else SESSION_CALLS
+    sid = emu.add_session(_scenario(kind, calls, threads))
+    client = AsyncAnthropic(api_key=API_KEY, base_url=emu.base_url)
+    measure = Measure()
+    if mode in ("warm", "fresh"):
+        # One warm (or pre-forked) worker per concurrent call, as a user would size the pool.
+        policy = msgspec.structs.replace(
+            _policies()["warm" if mode == "warm" else "prestarted"], pool_size=concurrency
+        )
+        await asyncio.wait_for(_run_stockade(client, sid, policy, concurrency, measure), SESSION_TIMEOUT_S)
+    else:
+        with concurrent.futures.ProcessPoolExecutor(max_workers=concurrency) as pool:
+            tools = _sdk_tools(mode, pool)
+            runner = client.beta.sessions.events.tool_runner(
+                sid, tools=tools, max_idle=0, max_concurrent_calls=concurrency
+            )
+            await asyncio.wait_for(runner.until_done(), SESSION_TIMEOUT_S)
+    emu.wait_until_finished(sid, timeout=SESSION_TIMEOUT_S)
+    _read_latencies(emu, sid, measure)
+    return measure
+
+
+MODES = {
+    "sdk": "SDK SessionToolRunner, in-process (baseline)",
+    "warm": "stockade, warm pool",
+    "fresh": "stockade, fresh forked process per call",
+    "subprocess": "SDK + subprocess.run per call",
+    "procpool": "SDK + ProcessPoolExecutor",
+}
+
+
+def _startup_s(argv: list[str]) -> float:
+    samples = []
+    for _ in range(STARTUP_RUNS):
+        started = time.perf_counter()
+        subprocess.run(argv, capture_output=True, check=True)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def _print_table(title: str, unit: str, values: dict[str, float], higher_is_better: bool = False) -> None:
+    base = values["sdk"]
+    print(f"\n{title} ({unit}; ratio to the baseline{', higher is better' if higher_is_better else ''})")
+    for mode, value in values.items():
+        print(f"  {MODES[mode]:<46} {value:>10.2f} {value / base if base else float('nan'):>8.2f}x")
+
+
+def run_session_bench() -> None:
+    from stockade.emulator import Emulator
+
+    _policies()  # Sets PYTHONPATH for the workers and the naive children.
+    results: dict[tuple[str, str], Measure] = {}
+    with Emulator(api_key=API_KEY) as emu:
+        for mode in MODES:
+            for kind in WORK:
+                results[(mode, kind)] = asyncio.run(_run_session(emu, mode, kind, 0, 1))
+                for concurrency in (1, THREADS):
+                    key = (mode, f"{kind}-c{concurrency}")
+                    results[key] = asyncio.run(_run_session(emu, mode, kind, THREADS, concurrency))
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; {SESSION_CALLS} sequential calls per")
+    print(f"latency session, {BATCH_CALLS} calls over {THREADS} session threads per throughput session")
+    for kind in WORK:
+        for label, q in (("median", 0.5), ("p99", 0.99)):
+            values = {mode: _pct(results[(mode, kind)].latencies_s, q) * 1e3 for mode in MODES}
+            _print_table(f"{kind} tool: per-call latency, {label}", "ms", values)
+        for concurrency in (1, THREADS):
+            m = {mode: results[(mode, f"{kind}-c{concurrency}")] for mode in MODES}
+            values = {mode: BATCH_CALLS / m[mode].span_s for mode in MODES}
+            _print_table(
+                f"{kind} tool: throughput, max_concurrent_calls={concurrency}", "calls/s", values, True
+            )
+    print("\nworker memory while a session ran (processes incl. the zygote: RSS MiB / PSS MiB)")
+    for mode in ("warm", "fresh"):
+        count, rss, pss = results[(mode, f"trivial-c{THREADS}")].workers
+        print(f"  {MODES[mode]:<46} {count:>3} procs {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")
+    rss, pss = _memory({os.getpid()})
+    print(f"  bench process (supervisor + emulator + SDK)   {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")
+    bin_dir = Path(sys.executable).parent
+    startup = {
+        "python -c 'import anthropic' (baseline)": _startup_s([sys.executable, "-c", "import anthropic"]),
+        "stockade --help": _startup_s([str(bin_dir / "stockade"), "--help"]),
+    }
+    base = next(iter(startup.values()))
+    print(f"\nstart-up (s, median of {STARTUP_RUNS})")
+    for label, seconds in startup.items():
+        print(f"  {label:<46} {seconds:>10.3f} {seconds / base:>8.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["sandbox"])
-    parser.parse_args()
-    run_sandbox_bench()
+    parser.add_argument("suite", choices=["sandbox", "session", "all"])
+    args = parser.parse_args()
+    if args.suite in ("sandbox", "all"):
+        run_sandbox_bench()
+    if args.suite in ("session", "all"):
+        run_session_bench()
 
 
 if __name__ == "__main__":

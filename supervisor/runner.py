@@ -25,6 +25,7 @@ import anthropic
 from stockade.sandbox import Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.journal import Journal
+from stockade.supervisor.post import SendFn
 from stockade.supervisor.records import CallRecord, RunEnd
 from stockade.supervisor.results import ResultParams
 from stockade.supervisor.session import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
@@ -150,6 +151,10 @@ class SessionRunner:
             if not task.done():
                 self.abort()
                 await asyncio.wait({task}, timeout=DRAIN_TIMEOUT_S)
+            if not task.done():
+                # The abort's own bounds ran out; nothing may outlive the iterator.
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def _drive(self, sink: Callable[[CallRecord], None]) -> RunEnd:
         self._loop, self._abort = asyncio.get_running_loop(), asyncio.Event()
@@ -245,7 +250,9 @@ def _async_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> ant
     )
 
 
-def _sender(client: anthropic.AsyncAnthropic, session_id: str) -> Callable[[ResultParams, float], Any]:
+def _sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
+    """Posts one result event (rule K1: one event per request)."""
+
     async def send(result: ResultParams, timeout_s: float) -> None:
         call = client.beta.sessions.events.send(session_id, events=[result], timeout=timeout_s)  # type: ignore[list-item]
         await asyncio.wait_for(call, timeout_s)

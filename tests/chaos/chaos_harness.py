@@ -174,9 +174,10 @@ def check(emu: Emulator, result: RunResult, log: Path) -> list[str]:
     elif result.end is None or result.end.reason != plan.end:
         bad.append(f"ended {result.end} but the scenario dictates {plan.end}")
     try:
-        emu.wait_until_finished(plan.session_id, SCRIPT_FINISH_TIMEOUT_S)
+        # After a failed run the script cannot finish: do not wait for it.
+        emu.wait_until_finished(plan.session_id, 0 if result.error else SCRIPT_FINISH_TIMEOUT_S)
     except Exception as exc:
-        bad.append(f"script did not finish: {exc}")
+        bad.append(f"script did not finish: {exc!r}")
     posted = Counter(_result_id(e) for e in emu.posted_events(plan.session_id))
     runs = runs_by_tag(log)
     for cid, kind in plan.kinds.items():

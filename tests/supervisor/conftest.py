@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import anthropic
+import pytest
 from stockade.emulator.scenario import Scenario
 from stockade.emulator.server import Emulator
 from stockade.sandbox.policy import ResourcePolicy
@@ -91,7 +90,7 @@ def run_scenario(
     sid = emu.add_session(Scenario.from_dict(scenario))
     records: list[CallRecord] = []
     events: list[dict[str, Any]] = []
-    options.setdefault("max_idle", 0.3)
+    options.setdefault("max_idle", 0.2)
     options.setdefault("default_policy", POLICY)
     runner = SessionRunner(
         client_for(emu),
