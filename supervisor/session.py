@@ -332,7 +332,7 @@ class SessionLoop:
             input=dict(raw_input) if isinstance(raw_input, dict) else {},
         )
         return await RunningCalls.run_tool(
-            running, self._sandbox.run(request, thread=running.thread), deadline_s
+            running, self._sandbox.run(request, thread=self._worker_key(running.thread)), deadline_s
         )
 
     def _report(
@@ -363,9 +363,14 @@ class SessionLoop:
                 self._thread_ends.add(task)
                 task.add_done_callback(self._thread_ends.discard)
 
+    def _worker_key(self, thread: str | None) -> str:
+        """The sandbox's key for a session thread's pinned workers: unique across the sessions that
+        share one sandbox, and set for the primary thread too (its bash keeps its shell)."""
+        return f"{self._reader.session_id}/{thread or 'primary'}"
+
     async def _end_thread(self, thread: str | None) -> None:
         try:
-            await self._sandbox.end_thread(thread)
+            await self._sandbox.end_thread(self._worker_key(thread))
         except Exception as exc:
             log.warning("end_thread_failed thread=%s error=%r", thread, exc)
 

@@ -56,14 +56,14 @@ class SessionReader:
 
     def __init__(self, client: anthropic.AsyncAnthropic, session_id: str) -> None:
         self._client = client
-        self._session_id = session_id
+        self.session_id = session_id
 
     async def open(self, attempt: int) -> Connection:
         """Stream, then status, then all history; each read bounded by `request_timeout_s(attempt)`."""
         timeout_s = request_timeout_s(attempt)
         events = self._client.beta.sessions.events
         # Only the opening is bounded: a live stream may be quiet for long (keepalives are comments).
-        stream = await asyncio.wait_for(events.stream(self._session_id), timeout_s)
+        stream = await asyncio.wait_for(events.stream(self.session_id), timeout_s)
         try:
             reads_began_s = time.monotonic()
             status = await self._status(timeout_s)
@@ -75,7 +75,7 @@ class SessionReader:
 
     async def _status(self, timeout_s: float) -> str:
         raw = self._client.beta.sessions.with_raw_response
-        response = await asyncio.wait_for(raw.retrieve(self._session_id, timeout=timeout_s), timeout_s)
+        response = await asyncio.wait_for(raw.retrieve(self.session_id, timeout=timeout_s), timeout_s)
         return str(_json_object(response).get("status", ""))
 
     async def _history(self, timeout_s: float) -> list[Event]:
@@ -84,7 +84,7 @@ class SessionReader:
         cursor: str | None = None
         while True:
             page_call = raw.list(
-                self._session_id,
+                self.session_id,
                 limit=HISTORY_PAGE_LIMIT,
                 timeout=timeout_s,
                 page=cursor if cursor else anthropic.omit,
