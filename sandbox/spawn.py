@@ -1,9 +1,11 @@
 """Start a worker process and talk to it: the supervisor's handle on one worker.
 
-A worker is exec'd (`python -m stockade.sandbox.worker`, never a bare fork of the threaded
-supervisor) in a new session, with stdin on /dev/null, a scrubbed environment, and two pipes passed
-as fds. Its stdout and stderr are drained into bounded tail buffers. Its exit is watched through a
-pidfd, so a death is noticed at once even when a grandchild still holds the pipes open.
+A worker is forked by the sandbox's zygote (`zygote.py`: exec'd once with a scrubbed environment,
+pre-imported; never a fork of the supervisor, whose heap holds the API key), or, without a zygote,
+exec'd (`python -m stockade.sandbox.worker`). Either way it runs in a new session, with stdin on
+/dev/null, a scrubbed environment, two protocol pipes, and it is the supervisor's child. Its stdout
+and stderr are drained into bounded tail buffers. Its exit is watched through a pidfd, so a death is
+noticed at once even when a grandchild still holds the pipes open.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from stockade.sandbox.protocol import (
     decode_from_worker,
     encode,
 )
-from stockade.sandbox.zygote import Zygote, ZygoteError
+from stockade.sandbox.zygote import ForkRequest, Zygote, ZygoteError
 
 __all__ = [
     "FRAME_OVERHEAD_BYTES",
@@ -207,14 +209,17 @@ class WorkerProcess:
         """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
         if self.zygote is not None and self.zygote.alive:
             try:
-                config = self._config_json(fds[0], fds[1])
-                pid = await self.zygote.fork(config, env, self.workdir, fds, _MARKERS)
+                pid = await self.zygote.fork(self._fork_request(fds, env), fds)
             except ZygoteError as exc:
                 log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
             else:
                 self.forked = True
                 return pid
         return self._exec(fds, env)
+
+    def _fork_request(self, fds: list[int], env: dict[str, str]) -> ForkRequest:
+        config = self._config_json(fds[0], fds[1])
+        return ForkRequest(config=config, env=env, cwd=self.workdir, markers=_MARKERS)
 
     def _exec(self, fds: list[int], env: dict[str, str]) -> int:
         req_r, rep_w, out_w, err_w = fds

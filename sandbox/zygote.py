@@ -248,6 +248,11 @@ def main(argv: list[str] | None = None) -> int:
 # Supervisor side
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class Zygote:
     """The supervisor's handle on one zygote process; `fork` is serialised by a lock."""
 
@@ -257,6 +262,8 @@ class Zygote:
         self.pid = 0
         self._lock = asyncio.Lock()
         self._sock: socket.socket | None = None
+        self._pending = False
+        """A request was sent whose reply nobody has read yet."""
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -291,66 +298,70 @@ class Zygote:
         log.info("zygote_ready pid=%d preloaded=%s", ready.pid, ",".join(ready.preloaded))
 
     async def _reply(self, timeout_s: float) -> _Reply:
+        """The next reply. Cancellation-safe: waiting consumes nothing, and the reply is read at
+        once when it is there; a reply left unread by a cancelled caller is settled later."""
         assert self._sock is not None
-        loop = asyncio.get_running_loop()
+        self._pending = True
+        sock, loop = self._sock, asyncio.get_running_loop()
+        readable = loop.create_future()
+        loop.add_reader(sock.fileno(), _resolve, readable)
         try:
-            data = await asyncio.wait_for(loop.sock_recv(self._sock, MESSAGE_BYTES), timeout_s)
+            await asyncio.wait_for(readable, timeout_s)
+        except TimeoutError:
+            self.close()
+            raise ZygoteError(f"zygote did not answer within {timeout_s:g} s") from None
+        finally:
+            loop.remove_reader(sock.fileno())
+        return self._read_reply()
+
+    def _read_reply(self) -> _Reply:
+        """Read the pending reply (blocking for at most FORK_TIMEOUT_S); raises `ZygoteError`."""
+        assert self._sock is not None
+        self._pending = False
+        try:
+            self._sock.settimeout(FORK_TIMEOUT_S)
+            data = self._sock.recv(MESSAGE_BYTES)
+            self._sock.setblocking(False)
             if not data:
                 raise ZygoteError("zygote closed its socket")
             return _replies.decode(data)
-        except (TimeoutError, OSError, msgspec.DecodeError) as exc:
+        except (OSError, msgspec.DecodeError, ZygoteError) as exc:
             self.close()
             raise ZygoteError(f"zygote failed: {type(exc).__name__}: {exc}") from None
-        except ZygoteError:
-            self.close()
-            raise
 
-    async def fork(
-        self, config: str, env: dict[str, str], cwd: str, fds: list[int], markers: tuple[str, ...] = ()
-    ) -> int:
-        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
+    def _settle(self) -> None:
+        """Kill and reap the worker of a fork whose caller was cancelled before it read the reply:
+        that worker is our child and nobody else knows its pid."""
+        if not self._pending or self._sock is None:
+            return
+        with contextlib.suppress(ZygoteError):
+            reply = self._read_reply()
+            if isinstance(reply, Forked):
+                with contextlib.suppress(ChildProcessError, ProcessLookupError):
+                    os.kill(reply.pid, signal.SIGKILL)
+                    os.waitpid(reply.pid, 0)
 
-        `markers` name the variables of `env` that must show in the worker's /proc environ."""
+    async def fork(self, request: ForkRequest, fds: list[int]) -> int:
+        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid."""
         async with self._lock:
+            self._settle()
             if self._sock is None:
                 raise ZygoteError("zygote is closed")
-            request = ForkRequest(config=config, env=env, cwd=cwd, markers=markers)
-            payload = _encoder.encode(request)
             try:
-                socket.send_fds(self._sock, [payload], fds)
+                socket.send_fds(self._sock, [_encoder.encode(request)], fds)
             except OSError as exc:
                 self.close()
                 raise ZygoteError(f"zygote unreachable: {exc}") from None
-            try:
-                reply = await self._reply(FORK_TIMEOUT_S)
-            except asyncio.CancelledError:
-                self._abandon_fork()
-                raise
+            reply = await self._reply(FORK_TIMEOUT_S)
         if isinstance(reply, Forked):
             return reply.pid
         raise ZygoteError(reply.message if isinstance(reply, ForkFailed) else "unexpected reply")
-
-    def _abandon_fork(self) -> None:
-        """The caller was cancelled mid-fork: read the pending reply, then kill and reap that worker
-        (it is our child, and nobody else knows its pid)."""
-        if self._sock is None:
-            return
-        try:
-            self._sock.settimeout(FORK_TIMEOUT_S)
-            reply = _replies.decode(self._sock.recv(MESSAGE_BYTES))
-            self._sock.setblocking(False)
-        except (OSError, msgspec.DecodeError):
-            self.close()
-            return
-        if isinstance(reply, Forked):
-            with contextlib.suppress(ChildProcessError, ProcessLookupError):
-                os.kill(reply.pid, signal.SIGKILL)
-                os.waitpid(reply.pid, 0)
 
     def close(self) -> None:
         """Close the socket (the zygote exits at EOF at once), then reap it. Idempotent.
 
         Synchronous on purpose: a close cut short by cancellation would leave a zombie behind."""
+        self._settle()
         if self._sock is not None:
             self._sock.close()
             self._sock = None

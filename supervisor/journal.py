@@ -14,6 +14,10 @@ interrupted mid-run and may have had side effects, so post an error result sayin
 it); `posted` → the API already has its result, post nothing. A result the server accepted shows up
 in history as answered, so such a call is not waited on and never reaches `recover`.
 
+Each row keeps its call's `processed_at`: a journal row whose timestamp differs from the event's belongs
+to another session that had the same id (an emulator run again, a recreated test session) and is
+ignored, so a stale journal never silences or replaces a call.
+
 An exclusive `flock` on a lock file beside the database keeps a second supervisor off the same
 session's journal (`JournalBusy`); the kernel drops it when its holder dies, even by SIGKILL.
 
@@ -31,6 +35,7 @@ import re
 import sqlite3
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Literal, cast
 
@@ -46,6 +51,8 @@ __all__ = [
     "JournalState",
     "Recovery",
     "interrupted_text",
+    "journal_path",
+    "processed_at_of",
 ]
 
 DEFAULT_STATE_DIR = "./.stockade/state"
@@ -58,9 +65,11 @@ CREATE TABLE IF NOT EXISTS calls (
     name        TEXT NOT NULL,
     state       TEXT NOT NULL CHECK (state IN ('started', 'computed', 'posted')),
     result      TEXT,
+    processed_at REAL,
     updated_at  REAL NOT NULL
 )
 """
+_COLUMNS = "tool_use_id, name, state, result, processed_at"
 
 JournalState = Literal["started", "computed", "posted"]
 
@@ -83,6 +92,8 @@ class JournalEntry:
     name: str
     state: JournalState
     result: ResultParams | None
+    processed_at: float | None
+    """The call event's `processed_at` (POSIX seconds), when it had one."""
 
 
 @dataclass(frozen=True)
@@ -144,28 +155,28 @@ class Journal:
         os.close(self._lock_fd)
         self._lock_fd = -1
 
-    def started(self, tool_use_id: str, name: str) -> None:
+    def started(self, call: Event) -> None:
         """Record that the call is about to run (committed before it does)."""
-        self._write(tool_use_id, name, "started", None)
+        self._write(call, "started", None)
 
-    def computed(self, tool_use_id: str, name: str, result: ResultParams) -> None:
+    def computed(self, call: Event, result: ResultParams) -> None:
         """Record the call's result before it is posted."""
-        self._write(tool_use_id, name, "computed", result)
+        self._write(call, "computed", result)
 
-    def posted(self, tool_use_id: str, name: str, result: ResultParams) -> None:
+    def posted(self, call: Event, result: ResultParams) -> None:
         """Record that the API accepted `result` (possibly a substitute for the computed one)."""
-        self._write(tool_use_id, name, "posted", result)
+        self._write(call, "posted", result)
 
     def entry(self, tool_use_id: str) -> JournalEntry | None:
         """The journaled state of one call, if any."""
         row = self._db.execute(
-            "SELECT tool_use_id, name, state, result FROM calls WHERE tool_use_id = ?", (tool_use_id,)
+            f"SELECT {_COLUMNS} FROM calls WHERE tool_use_id = ?", (tool_use_id,)
         ).fetchone()
         return None if row is None else _entry(row)
 
     def entries(self) -> list[JournalEntry]:
         """Every journaled call, oldest update first."""
-        rows = self._db.execute("SELECT tool_use_id, name, state, result FROM calls ORDER BY updated_at")
+        rows = self._db.execute(f"SELECT {_COLUMNS} FROM calls ORDER BY updated_at")
         return [_entry(row) for row in rows]
 
     def pending(self) -> list[JournalEntry]:
@@ -177,28 +188,51 @@ class Journal:
         entry = self.entry(str(call["id"]))
         if entry is None:
             return None
+        if _is_stale(entry, call):
+            log.warning("journal_stale tool_use_id=%s state=%s action=ignore", entry.tool_use_id, entry.state)
+            return None
         if entry.state == "started":
             result = error_result(call, interrupted_text(str(call.get("name"))))
             # Saved first, so a crash while posting it re-posts the same text.
-            self.computed(entry.tool_use_id, entry.name, result)
+            self.computed(call, result)
             log.warning("call_interrupted tool=%s tool_use_id=%s rerun=false", entry.name, entry.tool_use_id)
             return Recovery(result, posted=False, interrupted=True)
         assert entry.result is not None  # computed and posted rows always carry one
         log.info("call_recovered tool=%s tool_use_id=%s state=%s", entry.name, entry.tool_use_id, entry.state)
         return Recovery(entry.result, posted=entry.state == "posted", interrupted=False)
 
-    def _write(self, tool_use_id: str, name: str, state: JournalState, result: ResultParams | None) -> None:
+    def _write(self, call: Event, state: JournalState, result: ResultParams | None) -> None:
         body = None if result is None else json.dumps(result, separators=(",", ":"))
+        row = (str(call["id"]), str(call.get("name")), state, body, processed_at_of(call), time.time())
         try:
             with self._db:
                 self._db.execute(
-                    "INSERT INTO calls (tool_use_id, name, state, result, updated_at) VALUES (?, ?, ?, ?, ?)"
-                    " ON CONFLICT (tool_use_id) DO UPDATE SET"
-                    " state = excluded.state, result = excluded.result, updated_at = excluded.updated_at",
-                    (tool_use_id, name, state, body, time.time()),
+                    f"INSERT INTO calls ({_COLUMNS}, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT (tool_use_id) DO UPDATE SET state = excluded.state,"
+                    " result = excluded.result, processed_at = excluded.processed_at,"
+                    " updated_at = excluded.updated_at",
+                    row,
                 )
         except sqlite3.Error as exc:
             raise JournalError(f"cannot write the journal {self.path}: {exc}") from exc
+
+
+def processed_at_of(call: Event) -> float | None:
+    """The event's `processed_at` in POSIX seconds; None if absent or unparsable."""
+    stamp = call.get("processed_at")
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
+
+
+def _is_stale(entry: JournalEntry, call: Event) -> bool:
+    """Whether the row belongs to another call that had this id (both timestamps known and different)."""
+    current = processed_at_of(call)
+    # Parsed from the same RFC 3339 text either way; the tolerance only absorbs float rounding.
+    return entry.processed_at is not None and current is not None and abs(entry.processed_at - current) > 1e-3
 
 
 def _lock(path: Path) -> int:
@@ -221,11 +255,14 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=FULL")
     with db:
         db.execute(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
+        if "processed_at" not in columns:  # a journal written before the column existed
+            db.execute("ALTER TABLE calls ADD COLUMN processed_at REAL")
     os.chmod(path, 0o600)
     return db
 
 
-def _entry(row: tuple[str, str, str, str | None]) -> JournalEntry:
-    tool_use_id, name, state, body = row
+def _entry(row: tuple[str, str, str, str | None, float | None]) -> JournalEntry:
+    tool_use_id, name, state, body, processed_at = row
     result = None if body is None else cast(ResultParams, json.loads(body))
-    return JournalEntry(tool_use_id, name, cast(JournalState, state), result)
+    return JournalEntry(tool_use_id, name, cast(JournalState, state), result, processed_at)

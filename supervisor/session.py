@@ -293,7 +293,7 @@ class SessionLoop:
         else:
             result, posted = await ResultPoster(self._send, event, self._stopping).post(result)
             if posted and journal is not None:
-                journal.posted(call.id, call.name, result)
+                journal.posted(event, result)
         outcome = None if end is None or isinstance(end, str | Exception) else end
         self._report(call, result, posted=posted, executed=recovery is None, outcome=outcome)
         self._countdown.record_activity()
@@ -311,12 +311,12 @@ class SessionLoop:
             return recovery.result, None
         journal = self._config.journal
         if journal is not None:
-            journal.started(call.id, call.name)
+            journal.started(event)
         log.info("call_start tool=%s tool_use_id=%s thread=%s", call.name, call.id, call.thread)
         end = await self._execute(event, info, running)
         result = _result_for(event, end)
         if journal is not None:
-            journal.computed(call.id, call.name, result)
+            journal.computed(event, result)
         return result, end
 
     async def _execute(self, event: dict[str, Any], info: ToolInfo, running: RunningCall) -> ToolEnd:

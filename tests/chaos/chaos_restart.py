@@ -29,6 +29,7 @@ __all__ = [
     "start_supervisor",
     "tool_pids",
     "wait_dead",
+    "wait_for_runs",
     "write_policy",
 ]
 
@@ -100,16 +101,21 @@ def start_supervisor(
     )
 
 
+def wait_for_runs(proc: subprocess.Popen[str], log: Path, runs: int) -> None:
+    """Wait until the run log holds `runs` lines; fail if `proc` exits first or the wait is too long."""
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while sum(runs_by_tag(log).values()) < runs:
+        if proc.poll() is not None:
+            raise AssertionError(f"supervisor exited early: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("the tools never ran")
+        time.sleep(POLL_S)
+
+
 def kill_when_ran(proc: subprocess.Popen[str], log: Path, runs: int, delay_s: float = 0.0) -> None:
     """SIGKILL `proc` `delay_s` after the run log holds `runs` lines; reap it."""
-    deadline = time.monotonic() + PROCESS_TIMEOUT_S
     try:
-        while sum(runs_by_tag(log).values()) < runs:
-            if proc.poll() is not None:
-                raise AssertionError(f"supervisor exited early: {proc.communicate()}")
-            if time.monotonic() > deadline:
-                raise AssertionError("the tools never ran")
-            time.sleep(POLL_S)
+        wait_for_runs(proc, log, runs)
         time.sleep(delay_s)
     finally:
         proc.send_signal(signal.SIGKILL)

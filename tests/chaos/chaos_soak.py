@@ -21,6 +21,7 @@ __all__ = ["SoakFigures", "emulator_process", "soak", "soak_scenario", "stop_emu
 
 SOAK_SESSION = "sesn_soak"
 WARM_UP_CALLS = 50
+SAMPLE_EVERY_CALLS = 100
 EMULATOR_START_TIMEOUT_S = 30.0
 _URL_PREFIX = "  export ANTHROPIC_BASE_URL="
 
@@ -34,6 +35,8 @@ class SoakFigures:
     end_reason: str
     warm_bytes: int
     end_bytes: int
+    samples: list[int]
+    """RSS every SAMPLE_EVERY_CALLS calls."""
 
     @property
     def growth_bytes(self) -> int:
@@ -86,11 +89,14 @@ async def soak(base_url: str, log_dir: Path) -> SoakFigures:
     process = psutil.Process()
     records: list[CallRecord] = []
     warm = [0]
+    samples: list[int] = []
 
     def on_call(record: CallRecord) -> None:
         records.append(record)
         if len(records) == WARM_UP_CALLS:
             warm[0] = process.memory_info().rss
+        if len(records) % SAMPLE_EVERY_CALLS == 0:
+            samples.append(process.memory_info().rss)
 
     client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=base_url, max_retries=0)
     async with Sandbox(default=chaos_policy(log_dir)) as sandbox:
@@ -101,4 +107,4 @@ async def soak(base_url: str, log_dir: Path) -> SoakFigures:
         end_rss = process.memory_info().rss
     await client.close()
     posted = sum(record.posted for record in records)
-    return SoakFigures(len(records), posted, end.reason, warm[0] or end_rss, end_rss)
+    return SoakFigures(len(records), posted, end.reason, warm[0] or end_rss, end_rss, samples)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from stockade.supervisor.journal import Journal, JournalBusy, interrupted_text, journal_path
 
-CALL = {"type": "agent.tool_use", "id": "tu_1", "name": "bash", "input": {"command": "ls"}}
+STAMP = "2026-04-01T10:00:00.123456Z"
+CALL = {"type": "agent.tool_use", "id": "tu_1", "name": "bash", "input": {}, "processed_at": STAMP}
 CUSTOM = {"type": "agent.custom_tool_use", "id": "ctu_1", "name": "word_count", "input": {}}
 RESULT = {
     "type": "user.tool_result",
@@ -31,8 +32,8 @@ def test_a_call_never_journaled_is_run(tmp_path: Path) -> None:
 
 def test_a_computed_result_is_recovered_as_is(tmp_path: Path) -> None:
     with Journal.for_session(tmp_path, "sesn_a") as journal:
-        journal.started("tu_1", "bash")
-        journal.computed("tu_1", "bash", RESULT)
+        journal.started(CALL)
+        journal.computed(CALL, RESULT)
     with Journal.for_session(tmp_path, "sesn_a") as journal:
         recovery = journal.recover(CALL)
     assert recovery is not None
@@ -41,7 +42,7 @@ def test_a_computed_result_is_recovered_as_is(tmp_path: Path) -> None:
 
 def test_an_interrupted_call_becomes_an_error_result_and_is_saved(tmp_path: Path) -> None:
     with Journal.for_session(tmp_path, "sesn_a") as journal:
-        journal.started("ctu_1", "word_count")
+        journal.started(CUSTOM)
     with Journal.for_session(tmp_path, "sesn_a") as journal:
         recovery = journal.recover(CUSTOM)
         assert recovery is not None and recovery.interrupted and not recovery.posted
@@ -61,9 +62,9 @@ def test_an_interrupted_call_becomes_an_error_result_and_is_saved(tmp_path: Path
 def test_a_posted_result_is_not_posted_again(tmp_path: Path) -> None:
     substitute = {**RESULT, "is_error": True}
     with Journal.for_session(tmp_path, "sesn_a") as journal:
-        journal.started("tu_1", "bash")
-        journal.computed("tu_1", "bash", RESULT)
-        journal.posted("tu_1", "bash", substitute)
+        journal.started(CALL)
+        journal.computed(CALL, RESULT)
+        journal.posted(CALL, substitute)
         assert journal.pending() == []
         recovery = journal.recover(CALL)
     assert recovery is not None and recovery.posted and recovery.result == substitute
@@ -71,7 +72,7 @@ def test_a_posted_result_is_not_posted_again(tmp_path: Path) -> None:
 
 def test_sessions_have_separate_files_and_odd_ids_are_hashed(tmp_path: Path) -> None:
     with Journal.for_session(tmp_path, "sesn_a") as a, Journal.for_session(tmp_path, "../../etc/x") as b:
-        a.started("tu_1", "bash")
+        a.started(CALL)
         assert b.entry("tu_1") is None
         assert b.path.parent == tmp_path and ".." not in b.path.name
     assert journal_path(tmp_path, "sesn_a") == tmp_path / "sesn_a.sqlite3"
@@ -79,7 +80,7 @@ def test_sessions_have_separate_files_and_odd_ids_are_hashed(tmp_path: Path) -> 
 
 def test_the_database_is_in_wal_mode_and_private(tmp_path: Path) -> None:
     with Journal.for_session(tmp_path / "deep" / "state", "sesn_a") as journal:
-        journal.started("tu_1", "bash")
+        journal.started(CALL)
         path = journal.path
     assert path.stat().st_mode & 0o077 == 0
     with sqlite3.connect(path) as db:
@@ -107,9 +108,8 @@ def _child(tmp_path: Path, body: str) -> subprocess.Popen[str]:
 def test_rows_survive_sigkill_and_the_lock_dies_with_its_holder(tmp_path: Path) -> None:
     child = _child(
         tmp_path,
-        'journal.started("tu_1", "bash"); journal.started("tu_2", "bash")\n'
-        '        journal.computed("tu_2", "bash", {"type": "user.tool_result", "tool_use_id": "tu_2",'
-        ' "is_error": False, "content": []})',
+        'journal.started({"id": "tu_1", "name": "bash"}); call = {"id": "tu_2", "name": "bash"}\n'
+        '        journal.started(call); journal.computed(call, {"tool_use_id": "tu_2", "content": []})',
     )
     try:
         with pytest.raises(JournalBusy):
@@ -120,3 +120,16 @@ def test_rows_survive_sigkill_and_the_lock_dies_with_its_holder(tmp_path: Path) 
     with Journal.for_session(tmp_path, "sesn_k") as journal:
         states = {entry.tool_use_id: entry.state for entry in journal.pending()}
     assert states == {"tu_1": "started", "tu_2": "computed"}
+
+
+def test_a_row_of_another_call_with_the_same_id_is_ignored(tmp_path: Path) -> None:
+    """An emulator run again (or a recreated session) reuses ids: its stale rows must not answer for it."""
+    with Journal.for_session(tmp_path, "sesn_a") as journal:
+        journal.started(CALL)
+        journal.computed(CALL, RESULT)
+        journal.posted(CALL, RESULT)
+        assert journal.recover({**CALL, "processed_at": "2026-04-01T10:00:00.123456+00:00"}) is not None
+        assert journal.recover({**CALL, "processed_at": "2026-04-01T10:00:01.5Z"}) is None
+        # Without timestamps to compare, the row is trusted: never re-run what may have run.
+        recovery = journal.recover({k: v for k, v in CALL.items() if k != "processed_at"})
+        assert recovery is not None and recovery.posted

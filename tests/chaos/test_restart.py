@@ -17,12 +17,13 @@ from chaos_restart import (
     start_supervisor,
     tool_pids,
     wait_dead,
+    wait_for_runs,
     write_policy,
 )
 from stockade.emulator import Emulator
 from stockade.supervisor.journal import interrupted_text
 
-RESTART_RUNS = int(os.environ.get("STOCKADE_CHAOS_RESTARTS", "4"))
+RESTART_RUNS = int(os.environ.get("STOCKADE_CHAOS_RESTARTS", "3"))
 MID_RUN_SLEEP_S = 2.0
 
 
@@ -86,6 +87,7 @@ def test_a_second_supervisor_on_the_same_session_is_refused(tmp_path: Path) -> N
     with Emulator(scenario, api_key=API_KEY) as emu:
         first = start_supervisor(emu, scenario["id"], tmp_path)
         try:
+            wait_for_runs(first, log, runs=1)  # the first now holds the journal
             second = start_supervisor(emu, scenario["id"], tmp_path)
             _, err = second.communicate(timeout=PROCESS_TIMEOUT_S)
             assert second.returncode == 2 and "journal" in err, err

@@ -15,9 +15,10 @@ from chaos_harness import descendants, runs_by_tag
 from chaos_soak import emulator_process, soak, soak_scenario, stop_emulator
 
 SOAK_CALLS = int(os.environ.get("STOCKADE_SOAK_CALLS", "300"))
-# Steady state: after warm-up only allocator noise remains; a per-call leak of even 20 KiB over a few
-# hundred calls would exceed this.
-MAX_GROWTH_BYTES = 6 << 20
+# Steady state: after warm-up only allocator noise remains. Run standalone (`scripts/chaos.py`) the
+# supervisor stays within ~3 MiB over 3000 calls; inside pytest this process grows ~3 KiB per call for
+# reasons not yet traced (not log capture, not the warnings plugin), hence the per-call allowance.
+MAX_GROWTH_BYTES = (4 << 20) + SOAK_CALLS * 4096
 SOAK_TIMEOUT_S = 60 + SOAK_CALLS * 0.2
 
 log = logging.getLogger(__name__)
@@ -40,5 +41,7 @@ def test_a_long_session_keeps_memory_steady(tmp_path: Path) -> None:
     assert figures.calls == figures.posted == SOAK_CALLS
     assert len(record["sessions"]["sesn_soak"]["posted_events"]) == SOAK_CALLS
     assert set(runs_by_tag(log_path).values()) == {1}
-    assert figures.growth_bytes < MAX_GROWTH_BYTES, f"grew {figures.growth_bytes / 2**20:.1f} MiB"
+    assert figures.growth_bytes < MAX_GROWTH_BYTES, (
+        f"grew {figures.growth_bytes / 2**20:.1f} MiB: {[x >> 20 for x in figures.samples]}"
+    )
     assert descendants() == []
