@@ -93,10 +93,23 @@ def _wait_empty(
 
 def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker: str) -> bool:
     """TERM, grace, KILL every member of the tree; True once none is left (False: leak, logged)."""
+    seen: set[int] = set()
 
     def members() -> set[int]:
-        return _members(root_pid, cgroup, marker)
+        found = _members(root_pid, cgroup, marker)
+        seen.update(found)
+        return found
 
+    try:
+        return _term_then_kill(root_pid, grace_s, cgroup, members)
+    finally:
+        # The root is the worker, whose exit status its owner collects.
+        _reap_orphans(seen - {root_pid})
+
+
+def _term_then_kill(
+    root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, members: Callable[[], set[int]]
+) -> bool:
     if grace_s > 0:
         first = members()
         _send(first, root_pid, signal.SIGTERM)
@@ -115,3 +128,14 @@ def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker
         return True
     log.warning("tree_kill_leak root=%d survivors=%s", root_pid, sorted(members()))
     return False
+
+
+def _reap_orphans(pids: set[int]) -> None:
+    """Reap the killed tree members that were orphaned to this process (a subreaper), so they do not
+    stay zombies for the life of a long-running supervisor. Only pids seen in the tree are touched:
+    reaping any other child would steal its exit status from the code that started it."""
+    me = os.getpid()
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, ChildProcessError):
+            if psutil.Process(pid).ppid() == me:
+                os.waitpid(pid, os.WNOHANG)
