@@ -17,7 +17,7 @@ from anthropic import Anthropic
 from stockade.emulator.messages import MessagesScript
 from stockade.emulator.server import Emulator
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.supervisor.messages import sandboxed
+from stockade.supervisor import sandboxed
 
 HANG_TIMEOUT_S = 2.0
 

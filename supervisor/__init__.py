@@ -1,6 +1,7 @@
 """stockade.supervisor: runs a session's tool calls in sandboxed workers.
 
-Public API: `SessionRunner` (runner.py), `CallRecord` and `RunEnd` (records.py), and the error tree
+Public API: `SessionRunner` (runner.py), `CallRecord` and `RunEnd` (records.py), `sandboxed` (messages.py:
+sandboxed tools for the SDK's Messages tool runner), and the error tree
 in errors.py (`SupervisorError`, `ReconnectLimitExceeded`). The names load lazily, so importing a
 pure submodule (the view, the gate) does not pay for importing `anthropic`.
 """
@@ -12,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from stockade.supervisor.errors import ReconnectLimitExceeded, SupervisorError
+    from stockade.supervisor.messages import sandboxed
     from stockade.supervisor.records import CallRecord, RunEnd
     from stockade.supervisor.runner import SessionRunner
 
-__all__ = ["CallRecord", "ReconnectLimitExceeded", "RunEnd", "SessionRunner", "SupervisorError"]
+__all__ = ["CallRecord", "ReconnectLimitExceeded", "RunEnd", "SessionRunner", "SupervisorError", "sandboxed"]
 
 _HOMES = {
     "CallRecord": "records",
@@ -23,6 +25,7 @@ _HOMES = {
     "SessionRunner": "runner",
     "ReconnectLimitExceeded": "errors",
     "SupervisorError": "errors",
+    "sandboxed": "messages",
 }
 
 
