@@ -146,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ----- checks --------------------------------------------------------------------------------------
 
-    def _auth_error(self) -> tuple[int, str] | None:
+    def _auth_error(self, *, needs_beta: bool = True) -> tuple[int, str] | None:
         bearer = self.headers.get("Authorization", "")
         key = self.headers.get("x-api-key") or (
             bearer[7:].strip() if bearer.lower().startswith("bearer ") else ""
@@ -157,15 +157,16 @@ class _Handler(BaseHTTPRequestHandler):
         if keys is not None and key not in keys:
             return 401, "invalid x-api-key"
         betas = [t.strip() for t in self.headers.get("anthropic-beta", "").split(",")]
-        if BETA_TOKEN not in betas:
+        if needs_beta and BETA_TOKEN not in betas:
             return 400, f"this endpoint requires the anthropic-beta header to contain {BETA_TOKEN}"
         return None
 
     def _handle(self) -> None:
-        if self._endpoint == "messages":
+        # The Messages API is not a managed-agents endpoint: it needs a key, not that beta.
+        problem = self._auth_error(needs_beta=self._endpoint != "messages")
+        if problem is None and self._endpoint == "messages":
             self._messages()
             return
-        problem = self._auth_error()
         if problem is not None:
             self._send_error(*problem)
             return

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from anthropic import Anthropic, NotFoundError, beta_tool
+from anthropic import Anthropic, AuthenticationError, NotFoundError, beta_tool
 from anthropic.types.beta import BetaMessage
 from stockade.emulator.messages import (
     MessagesScript,
@@ -156,3 +156,20 @@ def test_emulator_without_a_messages_script_answers_404() -> None:
         client = Anthropic(base_url=emulator.base_url, api_key="test", max_retries=0)
         with pytest.raises(NotFoundError):
             client.beta.messages.create(model="m", max_tokens=10, messages=REQUEST["messages"])
+
+
+def test_messages_endpoint_requires_a_valid_key_but_not_the_sessions_beta() -> None:
+    with Emulator(api_key="right") as emulator:
+        emulator.add_messages_script(script_for_auth_test())
+        wrong = Anthropic(base_url=emulator.base_url, api_key="wrong", max_retries=0)
+        with pytest.raises(AuthenticationError):
+            wrong.beta.messages.create(model="m", max_tokens=10, messages=REQUEST["messages"])
+        right = Anthropic(base_url=emulator.base_url, api_key="right", max_retries=0)
+        reply = right.beta.messages.create(model="m", max_tokens=10, messages=REQUEST["messages"])
+    assert reply.content[0].type == "text"
+
+
+def script_for_auth_test() -> MessagesScript:
+    return MessagesScript.from_dict(
+        {"turns": [{"content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn"}]}
+    )
