@@ -31,9 +31,12 @@ from stockade.supervisor.results import ResultParams
 from stockade.supervisor.session import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
 from stockade.supervisor.stream import SessionReader
 
-__all__ = ["DEFAULT_MAX_IDLE_S", "SessionRunner"]
+__all__ = ["DEFAULT_MAX_IDLE_S", "DEFAULT_STREAM_SILENCE_S", "SessionRunner"]
 
 DEFAULT_MAX_IDLE_S = 60.0
+DEFAULT_STREAM_SILENCE_S = 120.0
+"""Longer than several keepalive intervals of the server (which sends one at least every 30 s), far
+shorter than the client's 600 s read timeout that the SDK's runner waits out on a stalled stream."""
 # Marks the runner's requests like the SDK's own runner does (API spec §2).
 HELPER_HEADERS = {"x-stainless-helper": "session-tool-runner"}
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -60,6 +63,7 @@ class SessionRunner:
         on_call: Callable[[CallRecord], None] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
+        stream_silence_s: float = DEFAULT_STREAM_SILENCE_S,
     ) -> None:
         """
         Args:
@@ -78,6 +82,8 @@ class SessionRunner:
           on_event: called once per new live event read from the stream.
           state_dir: where the session's crash-safe journal lives (`journal.py`): a run restarted
             after a crash posts the saved results instead of running those calls again; `None` = no journal.
+          stream_silence_s: a stream that sends nothing (no event, no keepalive) for this long is
+            stalled: it is dropped and the runner reconnects.
         """
         if max_concurrent_calls is not None and max_concurrent_calls < 1:
             raise ValueError(
@@ -96,6 +102,7 @@ class SessionRunner:
         self._on_call = on_call
         self._on_event = on_event
         self.state_dir = state_dir
+        self.stream_silence_s = stream_silence_s
         self._abort_requested = threading.Event()
         self._abort: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -166,7 +173,7 @@ class SessionRunner:
                 config = await self._config(sandbox, journal)
                 loop = SessionLoop(
                     config,
-                    reader=SessionReader(client, self.session_id),
+                    reader=SessionReader(client, self.session_id, self.stream_silence_s),
                     send=_sender(client, self.session_id),
                     sandbox=sandbox,
                     emit=lambda record: self._emit(record, sink),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import anthropic
+import httpx2  # the transport of anthropic 2.x
 from stockade.supervisor.retry import NonJSONResponse, request_timeout_s
 from stockade.supervisor.view import Event
 
@@ -54,16 +55,20 @@ class Connection:
 class SessionReader:
     """Opens connections to one session through the `anthropic` async client."""
 
-    def __init__(self, client: anthropic.AsyncAnthropic, session_id: str) -> None:
+    def __init__(self, client: anthropic.AsyncAnthropic, session_id: str, silence_s: float) -> None:
         self._client = client
         self.session_id = session_id
+        self._silence_s = silence_s
 
     async def open(self, attempt: int) -> Connection:
         """Stream, then status, then all history; each read bounded by `request_timeout_s(attempt)`."""
         timeout_s = request_timeout_s(attempt)
         events = self._client.beta.sessions.events
-        # Only the opening is bounded: a live stream may be quiet for long (keepalives are comments).
-        stream = await asyncio.wait_for(events.stream(self.session_id), timeout_s)
+        # The opening is bounded by the attempt's timeout. Once open, a stream may go without events
+        # for long, but the server's keepalive comments still arrive: a read that gets no bytes at all
+        # for `silence_s` means a stalled connection (httpx2.ReadTimeout → reconnect).
+        stream_timeout = httpx2.Timeout(timeout_s, read=self._silence_s)
+        stream = await asyncio.wait_for(events.stream(self.session_id, timeout=stream_timeout), timeout_s)
         try:
             reads_began_s = time.monotonic()
             status = await self._status(timeout_s)

@@ -60,7 +60,10 @@ _KINDS: list[tuple[Kind, int]] = [
     ("ask_allow", 9),
     ("ask_deny", 9),
 ]
-_STREAM_FAULTS = ("eof", "reset", "error_frame", "malformed")
+KEEPALIVE_S = 0.4
+STREAM_SILENCE_S = 3 * KEEPALIVE_S
+"""A stalled stream (no bytes, not even keepalives) is dropped after this long."""
+_STREAM_FAULTS = ("eof", "reset", "error_frame", "malformed", "stall")
 _SEND_STATUSES = (500, 502, 503, 529, 429)
 
 
@@ -144,7 +147,7 @@ def make_plan(seed: int, log: Path) -> Plan:
     end: Literal["terminated", "idle"] = "terminated" if rng.random() < 0.7 else "idle"
     steps.append({"terminate": True} if end == "terminated" else {"idle": "end_turn"})
     faults = _faults(rng, list(kinds))
-    scenario = {"id": sid, "seed": seed, "keepalive_s": 1.0, "steps": steps, "faults": faults}
+    scenario = {"id": sid, "seed": seed, "keepalive_s": KEEPALIVE_S, "steps": steps, "faults": faults}
     return Plan(seed, sid, scenario, kinds, end, faults)
 
 
@@ -214,7 +217,13 @@ async def _run_one(
         emu.add_session(plan.scenario)
         client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=emu.base_url, max_retries=0)
         runner = SessionRunner(
-            client, plan.session_id, tools=TOOLS, sandbox=sandbox, max_idle=MAX_IDLE_S, **options
+            client,
+            plan.session_id,
+            tools=TOOLS,
+            sandbox=sandbox,
+            max_idle=MAX_IDLE_S,
+            stream_silence_s=STREAM_SILENCE_S,
+            **options,
         )
         try:
             end = await asyncio.wait_for(runner.until_done(), RUN_TIMEOUT_S)

@@ -1,5 +1,4 @@
-"""Minimal reproductions of bugs the chaos suite found in other modules (strict xfail: each turns into
-a failure, to be promoted to a plain test, once its bug is fixed)."""
+"""Minimal reproductions of bugs the chaos suite found in other modules, kept as regression tests."""
 
 from __future__ import annotations
 
@@ -17,12 +16,20 @@ KEEPALIVE_S = 0.5
 # A stalled stream sends nothing, not even keepalives: a runner that expects one every KEEPALIVE_S
 # can notice within a few intervals; this bound leaves generous room for that.
 STALL_BOUND_S = 10.0
+STREAM_SILENCE_S = 4 * KEEPALIVE_S
 
 
 async def _run_stalled(emu: Emulator, tmp: Path) -> str:
     client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=emu.base_url, max_retries=0)
     async with Sandbox(default=chaos_policy(tmp)) as sandbox:
-        runner = SessionRunner(client, "sesn_stall", tools=TOOLS, sandbox=sandbox, max_idle=0.2)
+        runner = SessionRunner(
+            client,
+            "sesn_stall",
+            tools=TOOLS,
+            sandbox=sandbox,
+            max_idle=0.2,
+            stream_silence_s=STREAM_SILENCE_S,
+        )
         try:
             end = await asyncio.wait_for(runner.until_done(), STALL_BOUND_S)
         finally:
@@ -30,9 +37,6 @@ async def _run_stalled(emu: Emulator, tmp: Path) -> str:
     return end.reason
 
 
-@pytest.mark.xfail(
-    strict=True, raises=TimeoutError, reason="stream.py: no read deadline, a stall hangs the run"
-)
 @pytest.mark.timeout(40)
 def test_a_stalled_stream_is_reconnected(tmp_path: Path) -> None:
     """Found by: a `{stream = "stall"}` fault (seeded chaos plans leave it out for this reason)."""
