@@ -35,9 +35,17 @@ def _run_cli(
 
 
 @pytest.fixture
-def run_cli() -> RunCli:
-    """`run_cli(*args, env=..., cwd=...)` → CompletedProcess; ANTHROPIC_* is removed unless given."""
-    return _run_cli
+def run_cli(tmp_path_factory: pytest.TempPathFactory) -> RunCli:
+    """`run_cli(*args, env=..., cwd=...)` → CompletedProcess; ANTHROPIC_* is removed unless given.
+
+    The working directory defaults to a fresh one, so the journal `stockade run` keeps in
+    `./.stockade/state` never outlives a test (nor lands in the repository)."""
+    fresh = tmp_path_factory.mktemp("cwd")
+
+    def run(*args: str, cwd: str | Path | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        return _run_cli(*args, cwd=cwd or fresh, **kwargs)  # type: ignore[arg-type]
+
+    return run
 
 
 @pytest.fixture

@@ -87,12 +87,12 @@ def test_run_serves_a_session_and_prints_one_json_line_per_call(run_cli):
 
 
 @pytest.mark.timeout(60)
-def test_run_interrupted_by_sigint_exits_130(repo_root):
+def test_run_interrupted_by_sigint_exits_130(repo_root, tmp_path):
     scenario = {"id": "sesn_wait", "steps": [{"message": "thinking"}, {"sleep": 30}]}
     with Emulator([scenario], api_key=API_KEY) as emu:
         cmd = [sys.executable, "-m", "stockade.supervisor.cli", "run", "sesn_wait", "--tools", BUILTIN_TOOLS]
         proc = subprocess.Popen(
-            cmd, env=_env(emu) | _path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            cmd, env=_env(emu) | _path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
         )
         try:
             deadline = time.monotonic() + STREAM_OPEN_TIMEOUT_S
