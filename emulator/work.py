@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stockade.emulator.errors import EmulatorError
+from stockade.emulator.events import error_body
 
 __all__ = ["NO_HEARTBEAT", "WorkItem", "WorkQueues", "work_endpoint"]
 
@@ -110,6 +111,7 @@ class WorkQueues:
         self._items: dict[str, WorkItem] = {}
         self._changed = threading.Condition()
         self._ids = itertools.count(1)
+        self._poll_failures: list[int] = []
 
     # ----- test and scenario side ----------------------------------------------------------------------
 
@@ -145,6 +147,11 @@ class WorkQueues:
         if not found:
             raise EmulatorError(f"no work item for session {session_id}")
         return found[-1]
+
+    def fail_polls(self, status: int, times: int) -> None:
+        """Answer the next `times` polls (of any environment) with `status` and the API's error body."""
+        with self._changed:
+            self._poll_failures += [status] * times
 
     def lose_lease(self, work_id: str) -> None:
         """Another worker took the item: the holder's next heartbeat fails its precondition (412)."""
@@ -193,6 +200,10 @@ class WorkQueues:
         return 200, item.to_json()
 
     def _poll(self, environment_id: str, query: dict[str, list[str]]) -> Answer:
+        with self._changed:
+            failure = self._poll_failures.pop(0) if self._poll_failures else None
+        if failure is not None:
+            return failure, error_body(failure, "injected poll failure", "req_poll_fault")
         raw_block = query.get("block_ms", [""])[-1]
         reclaim_ms = int(query.get("reclaim_older_than_ms", [str(DEFAULT_RECLAIM_MS)])[-1] or 0)
         try:

@@ -4,6 +4,7 @@ real signals, the real `anthropic` client on both sides of the loopback."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,24 @@ def test_sigterm_drains(emu: Emulator, tmp_path: Path) -> None:
     (send,) = emu.requests("sesn_drain", "send")
     (stop,) = emu.requests(endpoint="work_stop")
     assert stop.monotonic > send.monotonic
+
+
+@pytest.mark.timeout(60)
+def test_failing_polls_back_off_then_the_session_is_served(emu: Emulator, tmp_path: Path) -> None:
+    # The client retries each poll twice itself (max_retries=2), so 6 failures are 2 failed poll
+    # attempts as `serve` sees them: it backs off twice, longer the second time, then carries on.
+    emu.work.fail_polls(503, times=6)
+    (item,) = emu.add_environment(ENV_ID, [_session("sesn_backoff", "echo after-backoff")])
+    proc = _serve(emu, tmp_path)
+    try:
+        _wait_all_stopped(emu, 1, 40)
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+    delays = [float(d) for d in re.findall(r"poll_failed attempt=\d+ backoff_s=([\d.]+)", err)]
+    assert len(delays) == 2, err
+    assert 0.5 <= delays[0] < 1.0 <= delays[1] < 2.0
+    polls = emu.requests(endpoint="work_poll")
+    assert [r.status for r in polls[:6]] == [503] * 6
+    assert "after-backoff" in _results(emu, "sesn_backoff")[0]["content"][0]["text"]
+    assert item.stop_force is True
