@@ -26,6 +26,7 @@ Errors: `JournalError` (the journal cannot be opened or written) > `JournalBusy`
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -154,6 +155,15 @@ class Journal:
         self._db.close()
         os.close(self._lock_fd)
         self._lock_fd = -1
+
+    def discard(self) -> None:
+        """Close and delete the journal: for a session that ended, which accepts no more results."""
+        self.close()
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}{suffix}")
+        with contextlib.suppress(FileNotFoundError):
+            self.path.with_suffix(".lock").unlink()
 
     def started(self, call: Event) -> None:
         """Record that the call is about to run (committed before it does)."""

@@ -179,7 +179,10 @@ class SessionRunner:
                     emit=lambda record: self._emit(record, sink),
                     on_event=self._fire_on_event,
                 )
-                return await loop.run(self._abort)
+                end = await loop.run(self._abort)
+                if journal is not None and end.reason == "terminated":
+                    journal.discard()  # a terminated session accepts no more results
+                return end
         finally:
             self._loop = self._abort = None
 
