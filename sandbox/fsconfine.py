@@ -32,10 +32,23 @@ HIDDEN_DIR_MODE = "0711"  # traversable, not listable: lets the worker reach bou
 
 
 def interpreter_paths() -> list[str]:
-    """What the worker needs to keep importing: prefixes, the executable's dir and `sys.path`."""
+    """What the worker needs to keep importing: prefixes, the executable's dir, `sys.path`, and the
+    source folders of editable installs (stockade's own included), which need not be on `sys.path`."""
     paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
     paths.update(p for p in sys.path if p and os.path.isdir(p))
+    paths.update(p for p in _editable_sources() if os.path.isdir(p))
     return sorted({os.path.realpath(p) for p in paths} | paths)
+
+
+def _editable_sources() -> list[str]:
+    """Folders that setuptools' editable finders map packages to (e.g. `stockade.tools` → `./tools`)."""
+    folders: list[str] = []
+    for finder in sys.meta_path:
+        module = sys.modules.get(getattr(finder, "__module__", ""))
+        mapping = getattr(module, "MAPPING", None)
+        if module is not None and module.__name__.startswith("__editable__") and isinstance(mapping, dict):
+            folders += [str(folder) for folder in mapping.values()]
+    return folders
 
 
 def _under(path: str, roots: Iterable[str]) -> bool:
