@@ -161,6 +161,7 @@ _EXAMPLES = {
     "run": "example:\n  export ANTHROPIC_API_KEY=sk-ant-...\n"
     "  stockade run sesn_011CZ... --tools stockade.tools.builtin:agent_toolset --policy stockade.toml",
     "demo": "example:\n  stockade demo        # no API key needed\n  stockade demo --json",
+    "tail": "example:\n  export ANTHROPIC_API_KEY=sk-ant-...\n  stockade tail sesn_011CZ... --history",
     "serve": "example:\n  export ANTHROPIC_ENVIRONMENT_KEY=sk-ant-oat01-...\n"
     "  stockade serve --environment-id env_01... --policy stockade.toml --max-sessions 4 --max-workers 16",
 }
@@ -225,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free port)")
     p.add_argument("--record", metavar="FILE", help="write the request record as JSON on exit")
     _add_serve(subs)
+    p = _sub(
+        subs, "tail", "follow a session's raw event stream, one line per event", _handler(_TAIL, "cmd_tail")
+    )
+    p.add_argument("session_id", metavar="SESSION_ID")
+    p.add_argument("--history", action="store_true", help="print the events already in the history first")
+    p.add_argument("--json", action="store_true", help="print each event as a JSON line")
     return parser
 
 
@@ -259,6 +266,7 @@ _DEMO = "stockade.supervisor.cli_demo"
 _RUN = "stockade.supervisor.cli_run"
 _EMU = "stockade.supervisor.cli_run"
 _SERVE = "stockade.supervisor.serve"
+_TAIL = "stockade.supervisor.tail"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
