@@ -101,8 +101,9 @@ class Sandbox:
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
         self._closed = False
-        # Zygote-forked workers are orphaned on purpose and need us as their subreaper to be ours.
-        self._use_zygote = tree.become_subreaper() and zygote
+        # No subreaper here: the zygote is the forked workers' parent and reaps their orphans, so
+        # nothing a tool leaves behind becomes a zombie of this (long-running) process.
+        self._use_zygote = zygote
         self._preload = preload_modules
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
@@ -398,12 +399,13 @@ class Sandbox:
         self._closed = True
         try:
             for task in list(self._background):
-                task.cancel()  # A refill cancelled mid-fork reaps the worker it was forking.
+                task.cancel()  # A refill cancelled mid-fork has the zygote kill what it forked.
             await asyncio.gather(*self._background, return_exceptions=True)
+            # Before the zygote closes: it reports the killed workers' exits and reaps their orphans.
+            await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         finally:
             if self._zygote is not None:  # Synchronous: a cancelled close cannot skip it.
                 self._zygote.close()
-        await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
 

@@ -3,9 +3,10 @@
 A worker is forked by the sandbox's zygote (`zygote.py`: exec'd once with a scrubbed environment,
 pre-imported; never a fork of the supervisor, whose heap holds the API key), or, without a zygote,
 exec'd (`python -m stockade.sandbox.worker`). Either way it runs in a new session, with stdin on
-/dev/null, a scrubbed environment, two protocol pipes, and it is the supervisor's child. Its stdout
-and stderr are drained into bounded tail buffers. Its exit is watched through a pidfd, so a death is
-noticed at once even when a grandchild still holds the pipes open.
+/dev/null, a scrubbed environment and two protocol pipes. Its stdout and stderr are drained into
+bounded tail buffers. Its exit is watched through a pidfd, so a death is noticed at once even when a
+grandchild still holds the pipes open. An exec'd worker is the supervisor's child, which reaps it; a
+forked one is the zygote's, which reaps it and reports its wait status and rusage.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from stockade.sandbox.protocol import (
     decode_from_worker,
     encode,
 )
-from stockade.sandbox.zygote import ForkRequest, Zygote, ZygoteError
+from stockade.sandbox.zygote import Exited, ForkRequest, Zygote, ZygoteError
 
 __all__ = [
     "FRAME_OVERHEAD_BYTES",
@@ -59,6 +60,8 @@ EXIT_AFTER_EOF_S = 0.25
 """After the reply pipe closes, how long the worker may take to exit before it counts as hung."""
 PIPE_DRAIN_S = 0.3
 """After a death, how long to wait for the last stderr bytes (a grandchild may hold the pipe)."""
+EXIT_REPORT_WAIT_S = 1.0
+"""After a forked worker's exit, how long the zygote's report of it may take (it reaps at once)."""
 READ_LIMIT_BYTES = 256 << 10
 """Buffer of the reply reader; reading pauses above it, so a flood cannot grow our memory."""
 
@@ -151,6 +154,8 @@ class WorkerProcess:
         self.max_reply_bytes = policy.max_output_bytes + FRAME_OVERHEAD_BYTES
         self.status: int | None = None
         self.rusage: resource.struct_rusage | None = None
+        self._report: asyncio.Future[Exited | None] | None = None
+        """A forked worker's exit report from the zygote, its parent."""
         self._closed = False
 
     @property
@@ -214,6 +219,7 @@ class WorkerProcess:
                 log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
             else:
                 self.forked = True
+                self._report = self.zygote.exit_report(pid)
                 return pid
         return self._exec(fds, env)
 
@@ -258,9 +264,14 @@ class WorkerProcess:
         self._transports: list[asyncio.BaseTransport] = [out, err, rep, req]
 
     def _reap(self) -> None:
-        """Reap the killed worker, which its exit watcher (stopped at `close`) has not yet seen.
+        """Collect the killed worker's exit, which its exit watcher (stopped at `close`) has not seen.
 
-        Its tree is dead or dying by now; a SIGKILLed process can take a moment to become reapable."""
+        Its tree is dead or dying by now; a SIGKILLed process can take a moment to become reapable.
+        A forked worker's status is only known if the zygote's report has already come."""
+        if self._report is not None:
+            if self._report.done() and not self._report.cancelled():
+                self._take_report(self._report.result())
+            return
         select.select([self._pidfd], [], [], EXIT_AFTER_EOF_S)
         with contextlib.suppress(ChildProcessError):
             pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
@@ -268,14 +279,35 @@ class WorkerProcess:
                 self.status, self.rusage = status, rusage
 
     def _on_exit(self) -> None:
+        """The pidfd is readable: the worker has exited. Collect its status, or wait for the report."""
         loop = asyncio.get_running_loop()
         loop.remove_reader(self._pidfd)
+        if self._report is None:
+            self._collect_child()
+            return
+        # The zygote reaps the worker the moment it exits; the timer only bounds a zygote that died.
+        timer = loop.call_later(EXIT_REPORT_WAIT_S, self._report.cancel)
+        self._report.add_done_callback(lambda report: self._on_report(report, timer))
+
+    def _collect_child(self) -> None:
         try:
             _, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:
-            status = None  # Reaped elsewhere (a tree kill); the status is lost.
+            status = None  # Reaped elsewhere; the status is lost.
         if self._popen is not None:  # Popen must not think it still runs (it would warn).
             self._popen.returncode = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+        self._exited(status)
+
+    def _on_report(self, report: asyncio.Future[Exited | None], timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        self._take_report(None if report.cancelled() else report.result())
+        self._exited(self.status)
+
+    def _take_report(self, report: Exited | None) -> None:
+        if report is not None:
+            self.status, self.rusage = report.status, report.rusage()
+
+    def _exited(self, status: int | None) -> None:
         self.status = status
         if not self.exited.done():
             self.exited.set_result(status)
@@ -379,6 +411,8 @@ class WorkerProcess:
             asyncio.get_running_loop().remove_reader(self._pidfd)
             self._reap()
         os.close(self._pidfd)
+        if self.zygote is not None and self._report is not None:
+            self.zygote.forget(self.pid)
         self._release_resources()
 
     def _release_resources(self) -> None:

@@ -1,7 +1,8 @@
 """Process-tree helpers: become a child subreaper, kill what a tool left behind, sweep by marker.
 
-Both the supervisor and every worker make themselves `PR_SET_CHILD_SUBREAPER`, so a double-forked
-daemon reparents to its nearest such ancestor instead of pid 1, where it can still be found and reaped.
+Every worker and the zygote make themselves `PR_SET_CHILD_SUBREAPER`, so a double-forked daemon
+reparents to its nearest such ancestor instead of pid 1, where it can still be found and reaped. The
+supervisor does not: it could not reap such orphans without stealing other code's children.
 Every worker carries `MARKER_ENV` (its worker id) in its exec environment, and every process it forks
 inherits it, which lets the supervisor find escapees whose worker already died.
 """
@@ -96,7 +97,7 @@ def sweep_marked(marker: str, spare: frozenset[int] = frozenset()) -> int:
     """SIGKILL every process whose `MARKER_ENV` starts with `marker`, except pids in `spare`.
 
     A full process scan (milliseconds), so it is only used after abnormal ends and at shutdown.
-    Killed processes that were reparented to this (subreaper) process are reaped.
+    Waits (bounded) until the killed processes have died.
     """
     me = os.getpid()
     victims = [

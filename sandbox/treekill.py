@@ -5,6 +5,12 @@ Without one the tree is found as psutil descendants of the worker (the worker is
 subreaper then, so double-forked daemons stay its descendants) plus every process that carries
 the cage's marker in its environment. Each kill is TERM (+CONT, so a stopped process can act on
 it), a grace period, then SIGKILL until nothing is left, bounded by `KILL_TIMEOUT_S`.
+
+"Nothing is left" means really dead: a member once seen counts as alive until it is a zombie or
+gone. A killed process is still tearing down for a moment (running, or in disk sleep), and by then
+its environment already reads empty, so the marker scan alone would lose sight of it too early.
+Reaping is not done here: the tree's members are children of the zygote or of init (or of the
+caller, for the root), never orphans of the supervisor.
 """
 
 from __future__ import annotations
@@ -96,15 +102,11 @@ def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker
     seen: set[int] = set()
 
     def members() -> set[int]:
-        found = _members(root_pid, cgroup, marker)
+        found = _members(root_pid, cgroup, marker) | {pid for pid in seen if _alive_pid(pid)}
         seen.update(found)
         return found
 
-    try:
-        return _term_then_kill(root_pid, grace_s, cgroup, members)
-    finally:
-        # The root is the worker, whose exit status its owner collects.
-        _reap_orphans(seen - {root_pid})
+    return _term_then_kill(root_pid, grace_s, cgroup, members)
 
 
 def _term_then_kill(
@@ -128,14 +130,3 @@ def _term_then_kill(
         return True
     log.warning("tree_kill_leak root=%d survivors=%s", root_pid, sorted(members()))
     return False
-
-
-def _reap_orphans(pids: set[int]) -> None:
-    """Reap the killed tree members that were orphaned to this process (a subreaper), so they do not
-    stay zombies for the life of a long-running supervisor. Only pids seen in the tree are touched:
-    reaping any other child would steal its exit status from the code that started it."""
-    me = os.getpid()
-    for pid in pids:
-        with contextlib.suppress(psutil.Error, ChildProcessError):
-            if psutil.Process(pid).ppid() == me:
-                os.waitpid(pid, os.WNOHANG)

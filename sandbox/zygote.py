@@ -7,13 +7,17 @@ given (the built-in toolset), then forks one worker per `ForkRequest` received o
 Any other tool module is imported by the worker after its limits are applied, exactly as in an
 exec'd worker, so a hostile import cannot poison the zygote.
 
-Each worker is forked twice (zygote → short-lived middle process → worker): the middle process
-exits at once, so the worker is reparented to the supervisor, which is a child subreaper. The
-supervisor then owns the worker as if it had spawned it: it waits for it, reads its rusage and
-watches it through a pidfd. The zygote exits when the supervisor closes the socket or dies.
+The zygote is the parent of the workers it forks and a child subreaper, so whatever a tool leaves
+behind (a shell that outlives its worker, a killed daemon) is reparented to it, never to the
+supervisor. It has no other children, so it reaps with `waitpid(-1)` — which the supervisor must
+not do: in library use other code owns its children — and reports each worker's exit (wait status
+and rusage) as `Exited`; the supervisor watches the worker's exit through a pidfd (which works on a
+non-child) and takes the status from that report. The zygote exits when the supervisor closes the
+socket or dies, killing the workers still running (a dead supervisor cannot).
 
-Supervisor → zygote: `ForkRequest` with four fds (request read end, reply write end, stdout, stderr).
-Zygote → supervisor: `ZygoteReady` once, then `Forked` or `ForkFailed` per request.
+Supervisor → zygote: `ForkRequest` (numbered by `seq`) with four fds (request read end, reply write
+end, stdout, stderr). Zygote → supervisor: `ZygoteReady` once, `Forked` or `ForkFailed` per request
+(same `seq`), and `Exited` whenever a worker it forked has been reaped.
 """
 
 from __future__ import annotations
@@ -21,21 +25,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import itertools
 import logging
 import os
+import resource
+import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import traceback
 from pathlib import Path
 
 import msgspec
+from stockade.sandbox import tree
 
 __all__ = [
     "TRUSTED_PRELOAD",
     "ZYGOTE_ENV",
+    "Exited",
     "ForkFailed",
     "ForkRequest",
     "Forked",
@@ -52,6 +60,8 @@ TRUSTED_PRELOAD = ("stockade.tools.builtin",)
 WORKER_MODULES = ("stockade.sandbox.worker", "msgspec", "psutil")
 MESSAGE_BYTES = 1 << 20
 """Largest control message (a request carries the worker's config and environment)."""
+REPLY_BYTES = 64 << 10
+"""Largest message from the zygote (replies and exit reports are small)."""
 FDS_PER_FORK = 4
 STARTUP_TIMEOUT_S = 30.0
 """How long the zygote may take to import its modules (the interpreter plus the toolset)."""
@@ -67,7 +77,6 @@ SLACK_BYTES = 32 << 10
 _ENV_START_FIELD = 47
 """Index of `env_start` (field 50 of /proc/<pid>/stat) among the fields after the command name."""
 _ENV_END_FIELD = 48
-_PID = struct.Struct("=i")
 
 
 class ZygoteError(Exception):
@@ -86,6 +95,8 @@ class ForkRequest(_ControlMessage, frozen=True, tag="fork"):
     cwd: str
     markers: tuple[str, ...] = ()
     """Variables that must show in /proc/<pid>/environ even if the whole environment does not fit."""
+    seq: int = 0
+    """Numbers the request so its reply can be matched to it (set by `Zygote.fork`)."""
 
 
 class ZygoteReady(_ControlMessage, frozen=True, tag="zygote_ready"):
@@ -96,20 +107,36 @@ class ZygoteReady(_ControlMessage, frozen=True, tag="zygote_ready"):
 
 
 class Forked(_ControlMessage, frozen=True, tag="forked"):
-    """The worker exists and is now a child of the supervisor."""
+    """The worker of request `seq` exists (a child of the zygote)."""
 
+    seq: int
     pid: int
 
 
 class ForkFailed(_ControlMessage, frozen=True, tag="fork_failed"):
-    """The fork failed (the zygote keeps serving)."""
+    """The fork of request `seq` failed (the zygote keeps serving)."""
 
+    seq: int
     message: str
+
+
+class Exited(_ControlMessage, frozen=True, tag="exited"):
+    """A worker the zygote forked has exited and been reaped: its wait status and rusage."""
+
+    pid: int
+    status: int
+    cpu_s: tuple[float, float]
+    """`ru_utime` and `ru_stime`."""
+    counters: tuple[int, ...]
+    """The other fields of `struct rusage`, in order (`ru_maxrss` first)."""
+
+    def rusage(self) -> resource.struct_rusage:
+        return resource.struct_rusage((*self.cpu_s, *self.counters))
 
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
-_Reply = ZygoteReady | Forked | ForkFailed
+_Reply = ZygoteReady | Forked | ForkFailed | Exited
 _replies: msgspec.msgpack.Decoder[_Reply] = msgspec.msgpack.Decoder(_Reply)
 
 
@@ -159,6 +186,8 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
     code = EXIT_FORK_FAILED
     try:
         req_r, rep_w, out_w, err_w = fds
+        signal.set_wakeup_fd(-1)  # The zygote's reaping machinery is not the worker's.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -185,44 +214,30 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
         os._exit(code)
 
 
-def _fork_twice(request: ForkRequest, fds: list[int]) -> int:
-    """Fork the worker through a middle process that exits, so the worker is orphaned at once."""
-    pid_r, pid_w = os.pipe()
-    middle = os.fork()
-    if middle == 0:
-        os.close(pid_r)
-        code = 0
-        try:
-            if (pid := os.fork()) == 0:
-                os.close(pid_w)
-                _become_worker(request, fds)
-            os.write(pid_w, _PID.pack(pid))
-        except BaseException:
-            code = EXIT_FORK_FAILED
-        os._exit(code)
-    os.close(pid_w)
-    try:
-        data = os.read(pid_r, _PID.size)
-    finally:
-        os.close(pid_r)
-        os.waitpid(middle, 0)  # After this, the worker has been reparented to the supervisor.
-    if len(data) != _PID.size:
-        raise OSError("the middle process died before it forked the worker")
-    return int(_PID.unpack(data)[0])
+def _fork(request: ForkRequest, fds: list[int]) -> int:
+    """Fork the worker as our child; returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        _become_worker(request, fds)
+    return pid
 
 
-def _serve_one(sock: socket.socket) -> bool:
+def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
     """Answer one request; False once the supervisor has gone."""
     message, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, FDS_PER_FORK)
     if not message:
         return False
+    seq = 0
     try:
         request = _requests.decode(message)
+        seq = request.seq
         if len(fds) != FDS_PER_FORK:
             raise ValueError(f"expected {FDS_PER_FORK} fds, got {len(fds)}")
-        reply: Forked | ForkFailed = Forked(pid=_fork_twice(request, fds))
+        pid = _fork(request, fds)
+        workers.add(pid)
+        reply: Forked | ForkFailed = Forked(seq=seq, pid=pid)
     except (OSError, ValueError, msgspec.DecodeError) as exc:
-        reply = ForkFailed(message=f"{type(exc).__name__}: {exc}")
+        reply = ForkFailed(seq=seq, message=f"{type(exc).__name__}: {exc}")
     finally:
         for fd in fds:
             os.close(fd)
@@ -230,41 +245,107 @@ def _serve_one(sock: socket.socket) -> bool:
     return True
 
 
+def _exited(pid: int, status: int, usage: resource.struct_rusage) -> Exited:
+    counters = tuple(int(value) for value in usage[2:])
+    return Exited(pid=pid, status=status, cpu_s=(usage.ru_utime, usage.ru_stime), counters=counters)
+
+
+def _reap(sock: socket.socket, workers: set[int]) -> None:
+    """Reap every exited child — workers and the orphans reparented to us — and report the workers.
+
+    `waitpid(-1)` is safe here: every child of the zygote is a worker or an orphan of one."""
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in workers:
+            workers.discard(pid)
+            with contextlib.suppress(OSError):  # The supervisor has gone: nobody to tell.
+                sock.send(_encoder.encode(_exited(pid, status, usage)))
+
+
+def _watch_children() -> int:
+    """Make SIGCHLD wake the serve loop: returns the fd that becomes readable when it arrives."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    # A Python handler must exist for the wakeup fd to be written; the loop does the work.
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_w)
+    return wake_r
+
+
+def _serve(sock: socket.socket) -> None:
+    """Fork on request and reap on SIGCHLD until the supervisor closes the socket."""
+    wake = _watch_children()
+    workers: set[int] = set()
+    try:
+        while True:
+            readable, _, _ = select.select([sock.fileno(), wake], [], [])
+            if wake in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, REPLY_BYTES)
+                _reap(sock, workers)
+            if sock.fileno() in readable and not _serve_one(sock, workers):
+                return
+    finally:
+        _kill_workers(workers)
+        _reap(sock, workers)  # Orphans still dying are reparented to init when we exit.
+
+
+def _kill_workers(workers: set[int]) -> None:
+    """SIGKILL the process group of every worker still running: the supervisor is gone (a closing
+    sandbox has killed its workers already), and a worker busy in a tool would never see EOF.
+    Safe by pid: they are our unreaped children, so their pids cannot have been reused."""
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # In case it left its own process group.
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the zygote: preload, say ready, fork on request until the socket closes."""
+    """Entry point of the zygote: preload, say ready, fork and reap until the socket closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     args = sys.argv[1:] if argv is None else argv
     sock_fd, modules = int(args[0]), msgspec.json.decode(args[1], type=list[str])
     for name in (*WORKER_MODULES, *modules):
         __import__(name)
+    tree.become_subreaper()  # Orphans of tools come to us, not to the supervisor.
     sock = socket.socket(fileno=sock_fd)
     sock.send(_encoder.encode(ZygoteReady(pid=os.getpid(), preloaded=[*WORKER_MODULES, *modules])))
     with contextlib.suppress(ConnectionError):
-        while _serve_one(sock):
-            pass
+        _serve(sock)
     return 0
 
 
 # Supervisor side
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 class Zygote:
-    """The supervisor's handle on one zygote process; `fork` is serialised by a lock."""
+    """The supervisor's handle on one zygote process.
+
+    A reader on the event loop takes every message the zygote sends and resolves whoever waits for
+    it: `start` (ready), `fork` (the reply with its `seq`), `exit_report` (a worker's exit)."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
         self.env = {**env, SLACK_ENV: "x" * SLACK_BYTES}
         self.preload = preload
         self.pid = 0
-        self._lock = asyncio.Lock()
         self._sock: socket.socket | None = None
-        self._pending = False
-        """A request was sent whose reply nobody has read yet."""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._seq = itertools.count(1)
+        self._ready: asyncio.Future[ZygoteReady] | None = None
+        self._forks: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
+        self._exits: dict[int, asyncio.Future[Exited | None]] = {}
+        """Per forked worker not yet forgotten: its exit report (None if the zygote went first)."""
 
     @property
     def alive(self) -> bool:
@@ -289,82 +370,95 @@ class Zygote:
         finally:
             theirs.close()
         ours.setblocking(False)
-        self._sock = ours
-        ready = await self._reply(STARTUP_TIMEOUT_S)
-        if not isinstance(ready, ZygoteReady):
+        self._sock, self._loop = ours, asyncio.get_running_loop()
+        self._ready = self._loop.create_future()
+        self._loop.add_reader(ours.fileno(), self._on_readable)
+        try:
+            ready = await asyncio.wait_for(self._ready, STARTUP_TIMEOUT_S)
+        except BaseException as exc:
             self.close()
-            raise ZygoteError(f"zygote sent {type(ready).__name__} instead of ready")
+            if isinstance(exc, TimeoutError):
+                raise ZygoteError(f"zygote did not start within {STARTUP_TIMEOUT_S:g} s") from None
+            raise
         self.pid = ready.pid
         log.info("zygote_ready pid=%d preloaded=%s", ready.pid, ",".join(ready.preloaded))
 
-    async def _reply(self, timeout_s: float) -> _Reply:
-        """The next reply. Cancellation-safe: waiting consumes nothing, and the reply is read at
-        once when it is there; a reply left unread by a cancelled caller is settled later."""
-        assert self._sock is not None
-        self._pending = True
-        sock, loop = self._sock, asyncio.get_running_loop()
-        readable = loop.create_future()
-        loop.add_reader(sock.fileno(), _resolve, readable)
-        try:
-            await asyncio.wait_for(readable, timeout_s)
-        except TimeoutError:
-            self.close()
-            raise ZygoteError(f"zygote did not answer within {timeout_s:g} s") from None
-        finally:
-            loop.remove_reader(sock.fileno())
-        return self._read_reply()
+    def _on_readable(self) -> None:
+        """Take every message waiting on the socket; a closed socket or garbage ends the zygote."""
+        while self._sock is not None:
+            try:
+                data = self._sock.recv(REPLY_BYTES)
+                if not data:
+                    raise ZygoteError("zygote closed its socket")
+                self._dispatch(_replies.decode(data))
+            except BlockingIOError:
+                return
+            except (OSError, msgspec.DecodeError, ZygoteError) as exc:
+                log.warning("zygote_lost pid=%d error=%s", self.pid, exc)
+                self.close()
 
-    def _read_reply(self) -> _Reply:
-        """Read the pending reply (blocking for at most FORK_TIMEOUT_S); raises `ZygoteError`."""
-        assert self._sock is not None
-        self._pending = False
-        try:
-            self._sock.settimeout(FORK_TIMEOUT_S)
-            data = self._sock.recv(MESSAGE_BYTES)
-            self._sock.setblocking(False)
-            if not data:
-                raise ZygoteError("zygote closed its socket")
-            return _replies.decode(data)
-        except (OSError, msgspec.DecodeError, ZygoteError) as exc:
-            self.close()
-            raise ZygoteError(f"zygote failed: {type(exc).__name__}: {exc}") from None
-
-    def _settle(self) -> None:
-        """Kill and reap the worker of a fork whose caller was cancelled before it read the reply:
-        that worker is our child and nobody else knows its pid."""
-        if not self._pending or self._sock is None:
-            return
-        with contextlib.suppress(ZygoteError):
-            reply = self._read_reply()
-            if isinstance(reply, Forked):
-                with contextlib.suppress(ChildProcessError, ProcessLookupError):
-                    os.kill(reply.pid, signal.SIGKILL)
-                    os.waitpid(reply.pid, 0)
+    def _dispatch(self, message: _Reply) -> None:
+        assert self._loop is not None
+        if isinstance(message, Exited):
+            report = self._exits.get(message.pid)
+            if report is not None and not report.done():
+                report.set_result(message)
+        elif isinstance(message, ZygoteReady):
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(message)
+        elif (waiter := self._forks.pop(message.seq, None)) is not None and not waiter.done():
+            if isinstance(message, Forked):  # Before any Exited of it: the zygote sends in order.
+                self._exits[message.pid] = self._loop.create_future()
+            waiter.set_result(message)
+        elif isinstance(message, Forked):
+            _kill(message.pid)  # Its caller was cancelled: nobody else knows this worker.
 
     async def fork(self, request: ForkRequest, fds: list[int]) -> int:
-        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid."""
-        async with self._lock:
-            self._settle()
-            if self._sock is None:
-                raise ZygoteError("zygote is closed")
-            try:
-                socket.send_fds(self._sock, [_encoder.encode(request)], fds)
-            except OSError as exc:
-                self.close()
-                raise ZygoteError(f"zygote unreachable: {exc}") from None
-            reply = await self._reply(FORK_TIMEOUT_S)
+        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
+
+        Cancellation-safe: a worker forked for a cancelled caller is killed when its reply comes."""
+        if self._sock is None or self._loop is None:
+            raise ZygoteError("zygote is closed")
+        seq = next(self._seq)
+        waiter = self._forks[seq] = self._loop.create_future()
+        try:
+            message = _encoder.encode(msgspec.structs.replace(request, seq=seq))
+            socket.send_fds(self._sock, [message], fds)
+            reply = await asyncio.wait_for(waiter, FORK_TIMEOUT_S)
+        except TimeoutError:
+            self.close()
+            raise ZygoteError(f"zygote did not answer within {FORK_TIMEOUT_S:g} s") from None
+        except OSError as exc:
+            self.close()
+            raise ZygoteError(f"zygote unreachable: {exc}") from None
+        finally:
+            self._forks.pop(seq, None)
         if isinstance(reply, Forked):
             return reply.pid
-        raise ZygoteError(reply.message if isinstance(reply, ForkFailed) else "unexpected reply")
+        raise ZygoteError(reply.message)
+
+    def exit_report(self, pid: int) -> asyncio.Future[Exited | None]:
+        """The future exit report of forked worker `pid` (None if the zygote is gone first)."""
+        report = self._exits.get(pid)
+        if report is None:
+            report = asyncio.get_running_loop().create_future()
+            report.set_result(None)
+        return report
+
+    def forget(self, pid: int) -> None:
+        """Stop tracking the exit of worker `pid` (its handle is closed)."""
+        self._exits.pop(pid, None)
 
     def close(self) -> None:
-        """Close the socket (the zygote exits at EOF at once), then reap it. Idempotent.
+        """Close the socket (the zygote exits at EOF at once), reap it, settle every waiter.
 
-        Synchronous on purpose: a close cut short by cancellation would leave a zombie behind."""
-        self._settle()
+        Idempotent. Synchronous on purpose: a close cut short by cancellation would leave a zombie."""
         if self._sock is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self._sock.fileno())
             self._sock.close()
             self._sock = None
+        self._settle_waiters()
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -373,6 +467,17 @@ class Zygote:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def _settle_waiters(self) -> None:
+        """Fail pending starts and forks; report the workers' exits as unknown."""
+        for waiter in (self._ready, *self._forks.values()):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(ZygoteError("zygote closed"))
+        for report in self._exits.values():
+            if not report.done():
+                report.set_result(None)
+        self._forks.clear()
+        self._exits.clear()
 
 
 if __name__ == "__main__":
