@@ -25,6 +25,9 @@ from stockade.supervisor.journal import interrupted_text
 
 RESTART_RUNS = int(os.environ.get("STOCKADE_CHAOS_RESTARTS", "3"))
 MID_RUN_SLEEP_S = 2.0
+HOLD_SLEEP_S = 15.0
+"""Long enough that a second supervisor (a ~2 s start-up on a loaded machine) meets the first one still
+holding the journal: the first is killed as soon as the check is done."""
 
 
 @pytest.mark.timeout(90)
@@ -34,10 +37,10 @@ def test_a_killed_supervisor_restarts_without_running_a_call_twice(seed: int, tm
     assert not violations, "\n".join(violations)
 
 
-def _single_call_session(log: Path, tool: str) -> dict[str, Any]:
+def _single_call_session(log: Path, tool: str, sleep_s: float = MID_RUN_SLEEP_S) -> dict[str, Any]:
     tool_input: dict[str, Any] = {"tag": "tu_once", "log": str(log)}
     if tool == "mark":
-        tool_input["sleep_s"] = MID_RUN_SLEEP_S
+        tool_input["sleep_s"] = sleep_s
     steps = [
         {"tool_use": tool, "id": "tu_once", "input": tool_input},
         {"wait": ["tu_once"], "timeout_s": 30},
@@ -83,7 +86,7 @@ def test_a_hanging_tool_dies_with_its_killed_supervisor(tmp_path: Path) -> None:
 def test_a_second_supervisor_on_the_same_session_is_refused(tmp_path: Path) -> None:
     log = tmp_path / "runs.log"
     write_policy(tmp_path)
-    scenario = _single_call_session(log, "mark")
+    scenario = _single_call_session(log, "mark", HOLD_SLEEP_S)
     with Emulator(scenario, api_key=API_KEY) as emu:
         first = start_supervisor(emu, scenario["id"], tmp_path)
         try:
