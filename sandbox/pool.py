@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 import psutil
 from stockade.sandbox import isolation, limits, tree
+from stockade.sandbox.importpath import default_import_paths
 from stockade.sandbox.isolation import CageUsage
 from stockade.sandbox.outcome import (
     Completed,
@@ -83,11 +84,16 @@ class Sandbox:
         self,
         policies: Mapping[str, ResourcePolicy] | None = None,
         default: ResourcePolicy | None = None,
+        *,
         max_workers: int | None = None,
         zygote: bool = True,
         preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
+        import_paths: Sequence[str] | None = None,
     ) -> None:
+        """`import_paths`: folders workers may import tool modules from (default: the folders on this
+        process's own `sys.path`, the current directory for `python -m`, outside the interpreter)."""
         self.policies = dict(policies or {})
+        self.import_paths = tuple(default_import_paths() if import_paths is None else import_paths)
         self.default = default if default is not None else ResourcePolicy()
         self.marker = f"sbx{uuid.uuid4().hex[:12]}"
         """Prefix of every worker id (and so of every worker's marker env var)."""
@@ -186,7 +192,7 @@ class Sandbox:
     async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
         """Start a new worker; the caller made room."""
         zygote = await self._ensure_zygote()
-        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote)
+        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote, self.import_paths)
         self._live.add(worker)
         try:
             await worker.start()

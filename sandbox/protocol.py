@@ -63,6 +63,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     reply_fd: int
     workdir: str
     limit_address_space: bool
+    import_paths: tuple[str, ...] = ()
+    """Folders the worker may import tool modules from, besides its interpreter's own path."""
 
 
 # Supervisor → worker

@@ -138,8 +138,15 @@ def _limit_address_space() -> bool:
 class WorkerProcess:
     """One live worker process: its pipes, its cage, its exit."""
 
-    def __init__(self, policy: ResourcePolicy, worker_id: str, zygote: Zygote | None = None) -> None:
+    def __init__(
+        self,
+        policy: ResourcePolicy,
+        worker_id: str,
+        zygote: Zygote | None = None,
+        import_paths: tuple[str, ...] = (),
+    ) -> None:
         self.policy = policy
+        self.import_paths = import_paths
         self.zygote = zygote
         self.forked = False
         """Whether the worker came from the zygote (rather than its own exec)."""
@@ -173,7 +180,9 @@ class WorkerProcess:
         return not self.exited.done()
 
     def _config_json(self, request_fd: int, reply_fd: int) -> str:
-        config = WorkerConfig(self.policy, request_fd, reply_fd, self.workdir, _limit_address_space())
+        config = WorkerConfig(
+            self.policy, request_fd, reply_fd, self.workdir, _limit_address_space(), self.import_paths
+        )
         return msgspec.json.encode(config).decode()
 
     async def start(self) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from stockade.sandbox import isolation, limits, tree
+from stockade.sandbox import importpath, isolation, limits, tree
 from stockade.sandbox.framing import FrameError, PeerClosed, read_frame_blocking, write_frame_blocking
 from stockade.sandbox.protocol import (
     PROTOCOL_VERSION,
@@ -224,6 +224,8 @@ def _start(config: WorkerConfig) -> dict[str, str] | str:
     for fd in (config.request_fd, config.reply_fd):
         os.set_inheritable(fd, False)  # Programs a tool execs must not hold the protocol pipes.
     os.chdir(config.workdir)
+    # Before confinement, which keeps every folder on sys.path reachable.
+    sys.path.extend(importpath.safe_import_paths(config.import_paths, config.policy, config.workdir))
     try:
         return isolation.apply_in_worker(config.policy, Path(config.workdir))
     except isolation.LayerUnavailable as exc:
