@@ -30,6 +30,21 @@ def test_history_is_read_with_limit_1000(emulator: Emulator) -> None:
     assert lists and all(r.query.get("limit") == ["1000"] for r in lists)
 
 
+def test_every_history_page_is_read_and_a_call_on_a_later_page_is_reconciled(emulator: Emulator) -> None:
+    # 1500 events: two pages of 1000; the answer to the first call is on page two, the open call too.
+    filler = [{"type": "agent.message", "content": []} for _ in range(1496)]
+    history = [
+        {"tool_use": "echo", "id": "tu_a", "input": {"text": "a"}},
+        *filler,
+        {"answer": "tu_a", "content": "done elsewhere"},
+        {"tool_use": "echo", "id": "tu_b", "input": {"text": "b"}},
+    ]
+    out = run_scenario(emulator, {"history": history, "steps": ANSWER_ALL})
+    pages = [r.query.get("page") for r in out.emu.requests(out.sid, "list")]
+    assert pages[0] is None and pages[1] is not None  # the second request follows `next_page`
+    assert [r.tool_use_id for r in out.records] == ["tu_b"]
+
+
 def test_terminal_in_history_ends_run_without_dispatch(emulator: Emulator) -> None:
     history = [ECHO, {"tool_use": "echo", "id": "tu_d", "permission": "deny"}, {"terminate": "t"}]
     out = run_scenario(emulator, {"history": history})
