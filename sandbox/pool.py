@@ -21,20 +21,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
-import psutil
 from stockade.sandbox import isolation, limits, tree
-from stockade.sandbox.importpath import default_import_paths
-from stockade.sandbox.isolation import CageUsage
-from stockade.sandbox.outcome import (
-    Completed,
-    Crashed,
-    Failed,
-    TimedOut,
-    ToolOutcome,
-    Usage,
-    from_exit,
-    over_limit,
+from stockade.sandbox.call_outcome import (
+    call_usage,
+    killed_outcome,
+    reply_outcome,
+    rusage_cpu_s,
+    rusage_rss_bytes,
+    start_failure,
+    tree_cpu_s,
 )
+from stockade.sandbox.importpath import default_import_paths
+from stockade.sandbox.outcome import Completed, Failed, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.protocol import (
     Described,
@@ -46,14 +44,14 @@ from stockade.sandbox.protocol import (
     ToolOk,
 )
 from stockade.sandbox.spawn import (
-    WorkerDied,
     WorkerError,
     WorkerProcess,
     WorkerProtocolError,
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, Zygote, ZygoteError
+from stockade.sandbox.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
+from stockade.sandbox.zygote_client import Zygote
 
 __all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
 
@@ -271,7 +269,7 @@ class Sandbox:
         try:
             worker = await self._acquire(policy)
         except WorkerStartError as exc:
-            return _start_failure(request.name, exc)
+            return start_failure(request.name, exc)
         return await self._call(worker, request, thread, pinned=False)
 
     async def _run_pinned(self, key: ThreadKey, request: CallRequest) -> ToolOutcome:
@@ -281,7 +279,7 @@ class Sandbox:
                 await self._make_room(None)
                 worker = self._pinned[key] = await self._spawn(key[0])
             except WorkerStartError as exc:
-                return _start_failure(request.name, exc)
+                return start_failure(request.name, exc)
         return await self._call(worker, request, key[1], pinned=True)
 
     async def _call(
@@ -314,16 +312,6 @@ class Sandbox:
         log.info("call_done call_id=%s tool=%s outcome=%s", request.call_id, request.name, outcome.kind)
         return outcome
 
-    def _usage(
-        self, worker: WorkerProcess, started: float, cpu_s: float, rss: int, cage: CageUsage | None = None
-    ) -> Usage:
-        cage = worker.cage.usage() if cage is None else cage
-        return Usage(
-            wall_s=time.monotonic() - started,
-            cpu_s=cage.cpu_s if cage.cpu_s is not None else cpu_s,
-            max_rss_bytes=cage.max_rss_bytes if cage.max_rss_bytes is not None else rss,
-        )
-
     async def _reply_outcome(
         self, worker: WorkerProcess, request: CallRequest, reply: FromWorker, started: float
     ) -> ToolOutcome:
@@ -331,40 +319,20 @@ class Sandbox:
             error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
             return await self._abnormal_end(worker, request.name, error, started)
         worker.worker_cpu_s = reply.usage.worker_cpu_s
-        usage = self._usage(worker, started, reply.usage.cpu_s, reply.usage.max_rss_bytes)
-        if isinstance(reply, ToolOk):
-            return Completed(tool=request.name, usage=usage, blocks=reply.blocks, truncated=reply.truncated)
-        hit = over_limit(request.name, worker.policy, reply.resource, usage) if reply.resource else None
-        if hit is not None:
-            return hit
-        return Failed(
-            tool=request.name,
-            usage=usage,
-            error_type=reply.error_type,
-            message=reply.message,
-            blocks=reply.blocks,
-        )
+        return reply_outcome(worker, request.name, reply, started)
 
     async def _abnormal_end(
         self, worker: WorkerProcess, tool: str, error: WorkerError, started: float
     ) -> ToolOutcome:
         """Kill the worker's tree and say how the call ended."""
-        policy = worker.policy
-        grace_s = policy.grace_s if isinstance(error, WorkerTimeout) else 0.0
+        grace_s = worker.policy.grace_s if isinstance(error, WorkerTimeout) else 0.0
         limit_hit = worker.cage.limit_hit()
-        cpu_before_kill = _tree_cpu_s(worker)
+        cpu_before_kill = tree_cpu_s(worker)
         cage = worker.cage.usage()  # Before the kill: closing the cage drops its accounting.
         await self._discard(worker, grace_s)
-        cpu_s = max(cpu_before_kill, _rusage_cpu_s(worker))
-        usage = self._usage(worker, started, cpu_s, _rusage_rss_bytes(worker), cage)
-        if isinstance(error, WorkerTimeout):
-            return TimedOut(tool=tool, usage=usage, timeout_s=policy.wall_timeout_s)
-        stderr = await worker.stderr_tail()
-        if isinstance(error, WorkerDied):
-            return from_exit(
-                tool, policy=policy, status=error.status, limit_hit=limit_hit, usage=usage, stderr_tail=stderr
-            )
-        return Crashed(tool=tool, usage=usage, reason=f"protocol error: {error}", stderr_tail=stderr)
+        cpu_s = max(cpu_before_kill, rusage_cpu_s(worker))
+        usage = call_usage(worker, started, cpu_s, rusage_rss_bytes(worker), cage)
+        return await killed_outcome(worker, tool, error, usage, limit_hit)
 
     # Describe, threads, shutdown
 
@@ -414,32 +382,6 @@ class Sandbox:
                 self._zygote.close()
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
-
-
-def _start_failure(tool: str, error: WorkerStartError) -> ToolOutcome:
-    if error.refused:
-        return Failed(tool=tool, error_type="IsolationUnavailable", message=f"tool '{tool}' refused: {error}")
-    return Crashed(tool=tool, reason=str(error))
-
-
-def _tree_cpu_s(worker: WorkerProcess) -> float:
-    """CPU the worker (and its reaped children) used during this call, read while it lives."""
-    try:
-        times = psutil.Process(worker.pid).cpu_times()
-    except psutil.Error:
-        return 0.0
-    return max(
-        0.0, times.user + times.system + times.children_user + times.children_system - worker.worker_cpu_s
-    )
-
-
-def _rusage_cpu_s(worker: WorkerProcess) -> float:
-    usage = worker.rusage
-    return 0.0 if usage is None else max(0.0, usage.ru_utime + usage.ru_stime - worker.worker_cpu_s)
-
-
-def _rusage_rss_bytes(worker: WorkerProcess) -> int:
-    return 0 if worker.rusage is None else worker.rusage.ru_maxrss * 1024
 
 
 def run_call_sync(

@@ -40,7 +40,15 @@ from stockade.sandbox.protocol import (
     decode_from_worker,
     encode,
 )
-from stockade.sandbox.zygote import Exited, ForkRequest, Zygote, ZygoteError
+from stockade.sandbox.worker_errors import (
+    WorkerDied,
+    WorkerError,
+    WorkerProtocolError,
+    WorkerStartError,
+    WorkerTimeout,
+)
+from stockade.sandbox.zygote import Exited, ForkRequest, ZygoteError
+from stockade.sandbox.zygote_client import Zygote
 
 __all__ = [
     "FRAME_OVERHEAD_BYTES",
@@ -69,35 +77,6 @@ _MARKERS = (tree.MARKER_ENV, treekill.MARKER_ENV)
 """Variables by which sweeps find a worker's processes in /proc: they must show there."""
 
 log = logging.getLogger(__name__)
-
-
-class WorkerError(Exception):
-    """A worker did not answer a request normally."""
-
-
-class WorkerTimeout(WorkerError):
-    """No reply before the deadline."""
-
-
-class WorkerDied(WorkerError):
-    """The worker exited before it replied; `status` is its wait status if it could be read."""
-
-    def __init__(self, status: int | None) -> None:
-        super().__init__(f"worker exited (wait status {status})")
-        self.status = status
-
-
-class WorkerProtocolError(WorkerError):
-    """The worker broke the protocol (garbage, oversize frame, closed pipe, wrong reply)."""
-
-
-class WorkerStartError(WorkerError):
-    """The worker refused to start, died during start-up, or did not report Ready in time."""
-
-    def __init__(self, message: str, *, refused: bool = False, status: int | None = None) -> None:
-        super().__init__(message)
-        self.refused = refused
-        self.status = status
 
 
 class TailBuffer(asyncio.Protocol):

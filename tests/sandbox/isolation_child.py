@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from isolation_tools import fork_sleepers  # A sibling: run as a script, this folder is on sys.path.
 from stockade.sandbox.isolation import LayerUnavailable, apply_in_worker
 from stockade.sandbox.policy import ResourcePolicy
 
@@ -106,17 +107,7 @@ def memory_bomb(args: Args) -> int:
 
 
 def fork_bomb(args: Args) -> int:
-    forked = 0
-    for _ in range(args["tries"]):
-        try:
-            pid = os.fork()
-        except OSError:
-            break
-        if pid == 0:
-            time.sleep(60)
-            os._exit(0)
-        forked += 1
-    return forked
+    return fork_sleepers(args["tries"])
 
 
 def daemon(args: Args) -> int:

@@ -20,6 +20,22 @@ def _outcome(fn: object) -> str:
     return "ok"
 
 
+def fork_sleepers(tries: int) -> int:
+    """Fork up to `tries` children that sleep for a minute, stopping when fork fails; returns how
+    many were forked (shared with `isolation_child.py`)."""
+    forked = 0
+    for _ in range(tries):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        forked += 1
+    return forked
+
+
 @tool
 def connect_canary(port: int) -> str:
     """Open a TCP connection to a loopback port.
@@ -80,14 +96,4 @@ def fork_bomb(tries: int) -> str:
     Args:
         tries: the most forks to try.
     """
-    forked = 0
-    for _ in range(tries):
-        try:
-            pid = os.fork()
-        except OSError:
-            break
-        if pid == 0:
-            time.sleep(60)
-            os._exit(0)
-        forked += 1
-    return str(forked)
+    return str(fork_sleepers(tries))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,17 @@ POLICY = ResourcePolicy(
 CPU_POLICY = msgspec.structs.replace(POLICY, cpu_s=1, wall_timeout_s=8.0)
 
 _markers: list[str] = []
+
+
+def load_sibling(name: str) -> Any:
+    """Execute `tests/sandbox/<name>.py` as module `name` (the tests are not a package), registered
+    in `sys.modules` unless a module of that name is already there."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def marked_pids(marker: str) -> set[int]:

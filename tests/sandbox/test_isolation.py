@@ -9,28 +9,21 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import pytest
 from stockade.sandbox.doctor import doctor_report, format_table
 from stockade.sandbox.isolation import LAYERS, probe
 from stockade.sandbox.policy import ResourcePolicy
 
-
-def _load_harness() -> ModuleType:
-    path = Path(__file__).with_name("isolation_harness.py")
-    spec = importlib.util.spec_from_file_location("isolation_harness", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("isolation_harness", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+# The one piece each test file repeats: everything else shared comes from the kit.
+_kit_spec = importlib.util.spec_from_file_location("sbx_testkit", Path(__file__).with_name("sbx_testkit.py"))
+assert _kit_spec is not None and _kit_spec.loader is not None
+kit: Any = importlib.util.module_from_spec(_kit_spec)
+_kit_spec.loader.exec_module(kit)
+harness = kit.load_sibling("isolation_harness")
 POLICY = ResourcePolicy(memory_bytes=256 << 20, max_processes=64)
 
 

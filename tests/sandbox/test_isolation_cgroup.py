@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import psutil
 import pytest
@@ -16,18 +15,12 @@ from stockade.sandbox.cgroup import discover_layout, sweep_stale
 from stockade.sandbox.isolation import probe
 from stockade.sandbox.policy import MIB, ResourcePolicy
 
-
-def _load_harness() -> ModuleType:
-    path = Path(__file__).with_name("isolation_harness.py")
-    spec = importlib.util.spec_from_file_location("isolation_harness", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("isolation_harness", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _load_harness()
+# The one piece each test file repeats: everything else shared comes from the kit.
+_kit_spec = importlib.util.spec_from_file_location("sbx_testkit", Path(__file__).with_name("sbx_testkit.py"))
+assert _kit_spec is not None and _kit_spec.loader is not None
+kit: Any = importlib.util.module_from_spec(_kit_spec)
+_kit_spec.loader.exec_module(kit)
+harness = kit.load_sibling("isolation_harness")
 KILL_BOUND_S = 3.0
 MARKER_SETTLE_S = 0.3
 

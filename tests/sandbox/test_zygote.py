@@ -59,15 +59,11 @@ def whoami() -> str:
 TOOLS = [whoami]
 
 
-def _load_kit() -> Any:
-    spec = importlib.util.spec_from_file_location("sbx_testkit", HERE / "sbx_testkit.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kit = _load_kit()
+# The one piece each test file repeats: everything else shared comes from the kit.
+_kit_spec = importlib.util.spec_from_file_location("sbx_testkit", Path(__file__).with_name("sbx_testkit.py"))
+assert _kit_spec is not None and _kit_spec.loader is not None
+kit: Any = importlib.util.module_from_spec(_kit_spec)
+_kit_spec.loader.exec_module(kit)
 sandbox_environment = kit.sandbox_environment
 FRESH = msgspec.structs.replace(kit.POLICY, max_calls_per_worker=1, pool_size=0)
 
