@@ -38,7 +38,7 @@ import signal
 from pathlib import Path
 
 import msgspec
-from stockade.sandbox import hostprobe, identity, treekill
+from stockade.sandbox import hostprobe, identity, tree, treekill
 from stockade.sandbox.cgroup import CgroupLayout, WorkerCgroup, discover_layout, sweep_stale
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.worker_layers import SUBREAPER_ENV, UID_ENV, WORKER_LAYERS, apply_worker_layers
@@ -177,7 +177,7 @@ class Cage:
 
     def preexec_env(self) -> dict[str, str]:
         """The marker (fallback tree kill), the slot uid, and the disabled-layer list for the worker."""
-        env = {treekill.MARKER_ENV: self.marker, CGROUP_ENV: self.cgroup_report}
+        env = {tree.MARKER_ENV: self.worker_id, CGROUP_ENV: self.cgroup_report}
         if self.uid is not None:
             env[UID_ENV] = str(self.uid)
         if self.cgroup is None:
@@ -200,7 +200,7 @@ class Cage:
 
     def kill_tree(self, root_pid: int, grace_s: float) -> None:
         """TERM, grace, KILL the worker and every descendant, wherever it moved; bounded."""
-        treekill.kill_tree(root_pid, grace_s, self.cgroup, self.marker)
+        treekill.kill_tree(root_pid, grace_s, self.cgroup, self.worker_id)
 
     def usage(self) -> CageUsage:
         if self.cgroup is None:

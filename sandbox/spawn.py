@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import msgspec
-from stockade.sandbox import isolation, limits, tree, treekill
+from stockade.sandbox import isolation, limits, tree
 from stockade.sandbox.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.isolation import Cage
 from stockade.sandbox.policy import ResourcePolicy
@@ -73,7 +73,7 @@ EXIT_REPORT_WAIT_S = 1.0
 READ_LIMIT_BYTES = 256 << 10
 """Buffer of the reply reader; reading pauses above it, so a flood cannot grow our memory."""
 
-_MARKERS = (tree.MARKER_ENV, treekill.MARKER_ENV)
+_MARKERS = (tree.MARKER_ENV,)
 """Variables by which sweeps find a worker's processes in /proc: they must show there."""
 
 log = logging.getLogger(__name__)
@@ -169,9 +169,7 @@ class WorkerProcess:
         loop = asyncio.get_running_loop()
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
-        env = limits.worker_env(
-            self.policy, self.workdir, {**self.cage.preexec_env(), tree.MARKER_ENV: self.worker_id}
-        )
+        env = limits.worker_env(self.policy, self.workdir, self.cage.preexec_env())
         try:
             self._pid = await self._spawn([req_r, rep_w, out_w, err_w], env)
         except BaseException:

@@ -3,8 +3,8 @@
 With a cgroup every member is found through `cgroup.procs` (and killed by `cgroup.kill` on v2).
 Without one the tree is found as psutil descendants of the worker (the worker is a child
 subreaper then, so double-forked daemons stay its descendants) plus every process that carries
-the cage's marker in its environment. Each kill is TERM (+CONT, so a stopped process can act on
-it), a grace period, then SIGKILL until nothing is left, bounded by `KILL_TIMEOUT_S`.
+the worker's marker (`tree.MARKER_ENV`) in its environment. Each kill is TERM (+CONT, so a stopped
+process can act on it), a grace period, then SIGKILL until nothing is left, bounded by `KILL_TIMEOUT_S`.
 
 "Nothing is left" means really dead: a member once seen counts as alive until it is a zombie or
 gone. A killed process is still tearing down for a moment (running, or in disk sleep), and by then
@@ -24,12 +24,12 @@ from collections.abc import Callable
 
 import psutil
 from stockade.sandbox.cgroup import WorkerCgroup
+from stockade.sandbox.tree import MARKER_ENV
 
-__all__ = ["FALLBACK_METHOD", "KILL_TIMEOUT_S", "MARKER_ENV", "kill_tree"]
+__all__ = ["FALLBACK_METHOD", "KILL_TIMEOUT_S", "kill_tree"]
 
 log = logging.getLogger(__name__)
 
-MARKER_ENV = "STOCKADE_CAGE"
 FALLBACK_METHOD = "killpg + psutil walk + subreaper + environment marker (best effort)"
 KILL_TIMEOUT_S = 2.0
 """Longest time SIGKILL may take to empty the tree; past it the leak is logged and we return."""
@@ -51,7 +51,7 @@ def _descendants(root_pid: int) -> set[int]:
 
 
 def _marked(marker: str) -> set[int]:
-    """Processes whose environment carries the cage marker (readable for our own uid or as root)."""
+    """Processes whose environment carries the worker's marker (readable for our own uid or as root)."""
     found = set()
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
