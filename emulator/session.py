@@ -33,6 +33,7 @@ _ANSWER_KEYS = {
     "user.custom_tool_result": "custom_tool_use_id",
     "agent.mcp_tool_result": "mcp_tool_use_id",
 }
+_IDLE_TYPES = ("session.status_idle", "session.thread_status_idle")
 _TERMINAL_TYPES = ("session.status_terminated", "session.deleted")
 _CURSOR_PREFIX = "cursor_"
 
@@ -45,7 +46,7 @@ class Call:
     kind: str
     thread: str
     permission: str | None
-    state: str = "pending"  # "pending" | "awaiting_confirmation" | "answered"
+    state: str = "pending"  # "pending" | "awaiting_confirmation" | "answered" | "not_waited"
 
     @property
     def blocking(self) -> bool:
@@ -279,10 +280,23 @@ class SessionState:
             call = self._calls.get(str(event.get("tool_use_id")))
             if call is not None and call.state == "awaiting_confirmation" and event.get("result") == "allow":
                 call.state = "pending"
+        elif kind in _IDLE_TYPES:
+            self._stop_waiting(event)
         elif kind == "session.thread_created":
             self._agent_names[thread_of(event)] = str(event.get("agent_name", "subagent"))
         elif kind == "session.thread_status_terminated":
             self._terminated_threads.add(thread_of(event))
+
+    def _stop_waiting(self, idle: Event) -> None:
+        # The server waits only on the calls an idle lists; an idle that ends the turn waits on none
+        # (except after `retries_exhausted`), so a later answer to such a call starts no reaction.
+        reason = idle.get("stop_reason") or {}
+        if reason.get("type") == "retries_exhausted":
+            return
+        listed = set(reason.get("event_ids") or ()) if reason.get("type") == "requires_action" else set()
+        for call in self._calls.values():
+            if call.thread == thread_of(idle) and call.state == "pending" and call.id not in listed:
+                call.state = "not_waited"
 
     def _react(self, event: Event, call: Call) -> None:
         if event["type"] == "user.tool_confirmation" and event.get("result") != "allow":

@@ -182,6 +182,26 @@ def test_custom_calls_batch_under_one_requires_action_and_reemit_the_remainder(e
     assert emu.events("s")[-1]["type"] == "session.status_running"
 
 
+def test_an_idle_that_leaves_a_call_unlisted_stops_waiting_on_it(emu_factory: Any) -> None:
+    emu: Emulator = emu_factory(
+        {
+            "id": "s",
+            "start": "now",
+            "steps": [
+                {"custom_tool_use": "weather", "id": "c1", "requires_action": False},
+                {"custom_tool_use": "time", "id": "c2", "requires_action": False},
+                {"idle": "requires_action", "event_ids": ["c2"]},
+                {"wait": ["c2"], "timeout_s": 5},
+            ],
+        }
+    )
+    emu.wait_for_events("s", 3, timeout=5)
+    _post(emu, "s", _result("c2", custom=True))
+    emu.wait_until_finished("s", timeout=5)
+    # Not a `requires_action` listing c1: the server never said it waits on c1.
+    assert emu.events("s")[-1]["type"] == "session.status_running"
+
+
 def test_thread_calls_use_thread_idles_and_terminated_threads_refuse_results(emu_factory: Any) -> None:
     emu: Emulator = emu_factory(
         {
