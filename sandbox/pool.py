@@ -12,12 +12,12 @@ Errors: `ToolLoadFailed` (from `describe`: a reference could not be loaded, or n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -52,12 +52,15 @@ from stockade.sandbox.spawn import (
 )
 from stockade.sandbox.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
 from stockade.sandbox.zygote_client import Zygote
+from stockade.tools.registry import ToolLoadError
 
 __all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
 
 log = logging.getLogger(__name__)
 
 ThreadKey = tuple[ResourcePolicy, str]
+LOAD_ERROR_TYPE = ToolLoadError.__name__
+"""`Failed.error_type` of a call whose tool reference could not be imported."""
 PRIMARY_THREAD = ""
 """The pin key of a session's primary thread, whose calls carry no thread id."""
 
@@ -97,9 +100,15 @@ class Sandbox:
         """Prefix of every worker id (and so of every worker's marker env var)."""
         self._ids = itertools.count(1)
         self._idle: dict[ResourcePolicy, list[WorkerProcess]] = {}
+        self._starting: Counter[ResourcePolicy] = Counter()
+        """Pool workers being started ahead of calls, per policy (they count towards `pool_size`)."""
+        self._refs: dict[ResourcePolicy, list[str]] = {}
+        """Tool references seen per policy: a new worker of the policy imports them before a call."""
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
         self._live: set[WorkerProcess] = set()
+        self._reserved = 0
+        """Workers being created, not yet in `_live` (they wait for the zygote): they take room too."""
         self._max_workers = max_workers
         self._change = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
@@ -141,7 +150,7 @@ class Sandbox:
     # Workers
 
     def _has_room(self) -> bool:
-        return self._max_workers is None or len(self._live) < self._max_workers
+        return self._max_workers is None or len(self._live) + self._reserved < self._max_workers
 
     def _changed(self) -> None:
         """Wake every task waiting for room or for an idle worker."""
@@ -189,8 +198,13 @@ class Sandbox:
 
     async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
         """Start a new worker; the caller made room."""
-        zygote = await self._ensure_zygote()
-        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote, self.import_paths)
+        self._reserved += 1
+        try:
+            zygote = await self._ensure_zygote()
+        finally:
+            self._reserved -= 1
+        refs = tuple(self._refs.get(policy, ()))
+        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote, self.import_paths, refs)
         self._live.add(worker)
         try:
             await worker.start()
@@ -222,15 +236,38 @@ class Sandbox:
     async def _refill(self, policy: ResourcePolicy) -> None:
         """Start a warm worker for `policy` if its pool is short and a slot is free."""
         idle = self._idle.setdefault(policy, [])
-        if self._closed or len(idle) >= policy.pool_size or not self._has_room():
+        if self._closed or len(idle) + self._starting[policy] >= policy.pool_size or not self._has_room():
             return
-        with contextlib.suppress(WorkerStartError):
+        self._starting[policy] += 1
+        try:
             worker = await self._spawn(policy)
-            if self._closed:
-                await self._discard(worker, 0.0)
-            else:
-                idle.append(worker)
-                self._changed()
+        except WorkerStartError:
+            return
+        finally:
+            self._starting[policy] -= 1
+        if self._closed:
+            await self._discard(worker, 0.0)
+        else:
+            idle.append(worker)
+            self._changed()
+
+    async def warm(self, names: Iterable[str] = ()) -> None:
+        """Start workers ahead of calls: fill the pools of the default policy and of the policies of
+        the tools `names` to their `pool_size` (within `max_workers`), all at once."""
+        policies = {self.default, *(self.policy_for(name) for name in names)}
+        pooled = [p for p in policies if p.worker_lifetime != "thread"]
+        await asyncio.gather(*(self._refill(p) for p in pooled for _ in range(p.pool_size)))
+
+    def warm_in_background(self, names: Iterable[str] = ()) -> None:
+        """`warm` without waiting for it (cancelled if the sandbox closes first)."""
+        self._in_background(self.warm(list(names)))
+
+    def _note_ref(self, policy: ResourcePolicy, ref: str) -> None:
+        """Remember a reference that imported cleanly (described, or a call got past its import):
+        one whose import fails or kills its worker must not break the policy's other tools."""
+        refs = self._refs.setdefault(policy, [])
+        if ref not in refs:
+            refs.append(ref)
 
     async def _acquire(self, policy: ResourcePolicy) -> WorkerProcess:
         """An idle worker of `policy`, or a new one once there is room."""
@@ -270,6 +307,9 @@ class Sandbox:
             worker = await self._acquire(policy)
         except WorkerStartError as exc:
             return start_failure(request.name, exc)
+        if worker.calls + 1 >= policy.max_calls_per_worker:
+            # It will not come back: its replacement starts now, while it serves its last call.
+            self._in_background(self._refill(policy))
         return await self._call(worker, request, thread, pinned=False)
 
     async def _run_pinned(self, key: ThreadKey, request: CallRequest) -> ToolOutcome:
@@ -308,6 +348,10 @@ class Sandbox:
             outcome = await self._abnormal_end(worker, request.name, exc, started)
         else:
             outcome = await self._reply_outcome(worker, request, reply, started)
+        if isinstance(outcome, Completed) or (
+            isinstance(outcome, Failed) and outcome.error_type != LOAD_ERROR_TYPE
+        ):
+            self._note_ref(policy, request.ref)
         self._release(worker, healthy=isinstance(outcome, Completed | Failed), pinned=pinned)
         log.info("call_done call_id=%s tool=%s outcome=%s", request.call_id, request.name, outcome.kind)
         return outcome
@@ -359,6 +403,8 @@ class Sandbox:
         self._release(worker, healthy=True, pinned=False)
         if reply.error is not None:
             raise ToolLoadFailed(reply.error)
+        for info in reply.tools:
+            self._note_ref(self.policy_for(info.name), info.ref)
         return reply.tools
 
     async def end_thread(self, thread: str | None) -> None:

@@ -65,6 +65,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     limit_address_space: bool
     import_paths: tuple[str, ...] = ()
     """Folders the worker may import tool modules from, besides its interpreter's own path."""
+    preload_refs: tuple[str, ...] = ()
+    """Tool references to import once the worker is ready, before its first request arrives."""
 
 
 # Supervisor → worker

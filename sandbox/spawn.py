@@ -123,9 +123,11 @@ class WorkerProcess:
         worker_id: str,
         zygote: Zygote | None = None,
         import_paths: tuple[str, ...] = (),
+        preload_refs: tuple[str, ...] = (),
     ) -> None:
         self.policy = policy
         self.import_paths = import_paths
+        self.preload_refs = preload_refs
         self.zygote = zygote
         self.forked = False
         """Whether the worker came from the zygote (rather than its own exec)."""
@@ -160,7 +162,13 @@ class WorkerProcess:
 
     def _config_json(self, request_fd: int, reply_fd: int) -> str:
         config = WorkerConfig(
-            self.policy, request_fd, reply_fd, self.workdir, _limit_address_space(), self.import_paths
+            self.policy,
+            request_fd,
+            reply_fd,
+            self.workdir,
+            _limit_address_space(),
+            self.import_paths,
+            self.preload_refs,
         )
         return msgspec.json.encode(config).decode()
 

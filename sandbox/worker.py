@@ -1,8 +1,9 @@
 """The sandbox worker: `python -m stockade.sandbox.worker '<WorkerConfig JSON>'`.
 
 Start-up order matters: ignore SIGINT, apply rlimits, become a subreaper, enter the workdir, apply
-the isolation layers, and only then answer `Ready` and accept requests. Tool modules are imported
-when a request names them, so tool code never runs outside the limits. Then: one request, one reply,
+the isolation layers, and only then answer `Ready`. Tool code never runs outside the limits: the tool
+references the supervisor expects this worker to serve (`preload_refs`) are imported after `Ready`,
+any other when a request names it. Then: one request, one reply,
 until `Shutdown` or the request pipe closes. After each call of a pooled worker, every process the
 tool left behind is killed, so the next call starts clean.
 
@@ -115,13 +116,29 @@ class Worker:
         self.config = config
         self.policy = config.policy
         self._tools: dict[str, dict[str, Tool]] = {}
+        self._load_errors: dict[str, ToolLoadError] = {}
         self._proc = _ProcFiles()
 
     def tools(self, ref: str) -> dict[str, Tool]:
-        """The tools of `ref` by name, importing them on first use."""
+        """The tools of `ref` by name, importing them on first use; a failed import is not retried
+        (its module's top level runs at most once per worker)."""
+        if ref in self._load_errors:
+            raise self._load_errors[ref]
         if ref not in self._tools:
-            self._tools[ref] = {tool.name: tool for tool in load_tools(ref)}
+            try:
+                self._tools[ref] = {tool.name: tool for tool in load_tools(ref)}
+            except ToolLoadError as exc:
+                self._load_errors[ref] = exc
+                raise
         return self._tools[ref]
+
+    def preload(self) -> None:
+        """Import the configured tool references ahead of the first request, so a worker started
+        in advance has paid for its imports before a call arrives. Runs after every layer and
+        limit, like any tool code; a failure is reported by the call that needs the reference."""
+        for ref in self.config.preload_refs:
+            with contextlib.suppress(ToolLoadError):
+                self.tools(ref)
 
     def describe(self, request: DescribeTools) -> Described:
         infos: list[ToolInfo] = []
@@ -246,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         worker.send(Refused(version=PROTOCOL_VERSION, message=report))
         return EXIT_REFUSED
     worker.send(Ready(version=PROTOCOL_VERSION, pid=os.getpid(), isolation=report))
+    worker.preload()
     return worker.serve()
 
 

@@ -10,8 +10,8 @@ pool, stockade with a fresh forked process per call, and two naive alternatives 
 `subprocess.run` interpreter per call; a `ProcessPoolExecutor`). Per-call latency is measured at
 the emulator, from the tool-use event's `processed_at` to the arrival of its result post.
 
-This module is also the tool module the workers import (`bench:TOOLS`), so its top level imports
-only `stockade.tools.base`; everything heavier is imported inside the functions.
+The tools live in `bench_tools.py`, a tool module as small as a user's would be (`bench_tools:TOOLS`):
+each fresh worker imports it, and this script's own imports are not what is measured.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -29,9 +28,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from stockade.tools.base import ToolContext, tool
+from bench_tools import echo, echo_fn, spin_fn
+from stockade.tools.base import ToolContext
 
-REF = "bench:TOOLS"
+REF = "bench_tools:TOOLS"
 SCRIPTS_DIR = Path(__file__).resolve().parent
 IN_PROCESS_CALLS = 2000
 WARM_CALLS = 300
@@ -51,42 +51,6 @@ SESSION_TIMEOUT_S = 300.0
 API_KEY = "bench-key"
 
 
-def echo_fn(text: str) -> str:
-    """Return `text`."""
-    return text
-
-
-def spin_fn(rounds: int) -> str:
-    """Burn CPU for `rounds` rounds; return a checksum."""
-    total = 0
-    for i in range(rounds):
-        total = (total + i * i) % 1_000_003
-    return str(total)
-
-
-@tool
-def echo(text: str) -> str:
-    """Return `text`."""
-    return echo_fn(text)
-
-
-@tool
-def spin(rounds: int) -> str:
-    """Burn CPU for `rounds` rounds; return a checksum."""
-    return spin_fn(rounds)
-
-
-@tool
-def spin_tree() -> str:
-    """Ignore SIGTERM and fork a child, then both spin until killed (the kill's worst case: the
-    whole grace passes before SIGKILL)."""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.fork()
-    while True:
-        pass
-
-
-TOOLS = [echo, spin, spin_tree]
 WORK: dict[str, tuple[str, dict[str, Any]]] = {
     "trivial": ("echo", {"text": "hi"}),
     "cpu": ("spin", {"rounds": SPIN_ROUNDS}),
@@ -195,8 +159,8 @@ def run_sandbox_bench() -> None:
 # Sessions against the emulator
 
 NAIVE_CHILD = (
-    "import json, sys; sys.path.insert(0, sys.argv[1]); import bench; "
-    "f = {'echo': bench.echo_fn, 'spin': bench.spin_fn}[sys.argv[2]]; print(f(**json.loads(sys.argv[3])))"
+    "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_tools as t; "
+    "f = {'echo': t.echo_fn, 'spin': t.spin_fn}[sys.argv[2]]; print(f(**json.loads(sys.argv[3])))"
 )
 
 
@@ -295,24 +259,33 @@ async def _sample_workers(sandbox: Any, measure: Measure, done: asyncio.Event) -
         await asyncio.sleep(0.05)
 
 
-async def _run_stockade(client: Any, sid: str, policy: Any, concurrency: int, measure: Measure) -> None:
+async def _run_stockade(
+    client: Any, sid: str, policy: Any, concurrency: int, measure: Measure | None
+) -> None:
+    """Run the session under stockade; with `measure`, sample the workers' memory meanwhile (which
+    costs the process CPU, so throughput and latency runs do not sample)."""
     from stockade.sandbox import Sandbox
     from stockade.supervisor import SessionRunner
 
     async with Sandbox(default=policy) as sandbox:
-        await sandbox.describe([REF])  # Warm: the zygote and the first worker exist before the session.
+        # Warm: the zygote and the pool's workers exist, the tool module imported, before the session.
+        names = [info.name for info in await sandbox.describe([REF])]
+        await sandbox.warm(names)
         done = asyncio.Event()
-        sampler = asyncio.ensure_future(_sample_workers(sandbox, measure, done))
+        sampler = asyncio.ensure_future(_sample_workers(sandbox, measure, done)) if measure else None
         runner = SessionRunner(
             client, sid, tools=[REF], default_policy=policy, sandbox=sandbox, max_idle=0,
             max_concurrent_calls=concurrency,
         )  # fmt: skip
         await runner.until_done()
         done.set()
-        await sampler
+        if sampler is not None:
+            await sampler
 
 
-async def _run_session(emu: Any, mode: str, kind: str, threads: int, concurrency: int) -> Measure:
+async def _run_session(
+    emu: Any, mode: str, kind: str, threads: int, concurrency: int, *, sample_memory: bool = False
+) -> Measure:
     import concurrent.futures
 
     import msgspec
@@ -327,7 +300,8 @@ async def _run_session(emu: Any, mode: str, kind: str, threads: int, concurrency
         policy = msgspec.structs.replace(
             _policies()["warm" if mode == "warm" else "prestarted"], pool_size=concurrency
         )
-        await asyncio.wait_for(_run_stockade(client, sid, policy, concurrency, measure), SESSION_TIMEOUT_S)
+        sampled = measure if sample_memory else None
+        await asyncio.wait_for(_run_stockade(client, sid, policy, concurrency, sampled), SESSION_TIMEOUT_S)
     else:
         with concurrent.futures.ProcessPoolExecutor(max_workers=concurrency) as pool:
             tools = _sdk_tools(mode, pool)
@@ -377,6 +351,9 @@ def run_session_bench() -> None:
                 for concurrency in (1, THREADS):
                     key = (mode, f"{kind}-c{concurrency}")
                     results[key] = asyncio.run(_run_session(emu, mode, kind, THREADS, concurrency))
+        for mode in ("warm", "fresh"):
+            run = _run_session(emu, mode, "trivial", THREADS, THREADS, sample_memory=True)
+            results[(mode, "memory")] = asyncio.run(run)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; {SESSION_CALLS} sequential calls per")
     print(f"latency session, {BATCH_CALLS} calls over {THREADS} session threads per throughput session")
     for kind in WORK:
@@ -391,7 +368,7 @@ def run_session_bench() -> None:
             )
     print("\nworker memory while a session ran (processes incl. the zygote: RSS MiB / PSS MiB)")
     for mode in ("warm", "fresh"):
-        count, rss, pss = results[(mode, f"trivial-c{THREADS}")].workers
+        count, rss, pss = results[(mode, "memory")].workers
         print(f"  {MODES[mode]:<46} {count:>3} procs {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")
     rss, pss = _memory({os.getpid()})
     print(f"  bench process (supervisor + emulator + SDK)   {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")

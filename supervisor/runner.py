@@ -207,6 +207,8 @@ class SessionRunner:
         # On duplicate names the later tool wins (A5).
         tools: dict[str, ToolInfo] = {info.name: info for info in infos}
         log.info("tools_described count=%d names=%s", len(tools), ",".join(sorted(tools)))
+        # The first calls then find their pools' workers started and their tool modules imported.
+        sandbox.warm_in_background(tools)
         return LoopConfig(
             tools=tools,
             policies=self.policies,
