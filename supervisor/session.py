@@ -19,7 +19,7 @@ from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.dispatch import RunningCall, RunningCalls, ToolEnd
 from stockade.supervisor.errors import ReconnectLimitExceeded
-from stockade.supervisor.gate import Decision, confirmation_of, decide
+from stockade.supervisor.gate import Decision, NextCalls, confirmation_of, decide
 from stockade.supervisor.journal import Journal, Recovery
 from stockade.supervisor.post import ResultPoster, SendFn
 from stockade.supervisor.records import CallRecord, RunEnd
@@ -124,6 +124,7 @@ class SessionLoop:
         self._connected = False
         self._handled: set[str] = set()
         self._held: set[str] = set()
+        self._next_calls = NextCalls(config.tools, config.require_confirmation)
         self._threads_used: set[str | None] = set()
         self._thread_ends: set[asyncio.Task[None]] = set()
         self._delay_s = STREAM_BACKOFF_START_S
@@ -202,6 +203,7 @@ class SessionLoop:
         if connection.status != "idle":
             self._countdown.record_activity()
         self._view, self._connected, self._attempt = view, True, 0
+        self._next_calls.reset()
         self._act()
         # Only reads that began after the countdown ended can confirm that the session is still idle.
         if self._countdown.ended_by(connection.reads_began_s):
@@ -232,18 +234,28 @@ class SessionLoop:
         return "failed"
 
     def _act(self) -> None:
-        """Start, report or hold what the view allows; stop tools whose result is no longer wanted."""
+        """Start, report or hold what the view allows; stop tools whose result is no longer wanted.
+
+        Decides, oldest first, the calls a fold changed and each thread's next call (`NextCalls`). A
+        deny, report or hold changes only with the call itself, and a thread starts only its next call,
+        so this acts as deciding every tracked call would, at a cost that does not grow with the queue."""
         if self._stopping.is_set():
             return
-        for call in self._view.tracked():
+        changes = self._view.take_changes()
+        starts = self._next_calls.pick(self._view, changes.threads, self._can_start, self._handled)
+        for call in sorted({**{c.id: c for c in changes.calls}, **starts}.values(), key=lambda c: c.seq):
             if call.id not in self._handled:
-                self._act_on(call)
+                self._act_on(call, may_start=call.id in starts)
         self._running.stop_tools_if(self._view.is_resolved)
         self._end_terminated_threads()
         running = bool(self._running.threads())
         self._countdown.count_from(None if running else self._view.idle_since)
 
-    def _act_on(self, call: TrackedCall) -> None:
+    def _can_start(self, thread: str | None) -> bool:
+        return self._connected and self._running.can_start(thread)
+
+    def _act_on(self, call: TrackedCall, *, may_start: bool) -> None:
+        """`may_start`: the call is its thread's next (`NextCalls`); it starts if the limit still allows."""
         decision = decide(call, self._config.require_confirmation)
         if decision == "wait":
             return
@@ -263,11 +275,7 @@ class SessionLoop:
             )
             self._handled.add(call.id)
             self._report(call, None, posted=False, executed=False, outcome=None)
-        elif (
-            self._connected
-            and self._running.can_start(call.thread)
-            and not self._view.is_behind_unanswered_call(call, self._config.tools)
-        ):
+        elif may_start and self._running.can_start(call.thread):
             self._running.start(call.id, call.thread, lambda running: self._run_call(call, info, running))
 
     async def _run_call(self, call: TrackedCall, info: ToolInfo, running: RunningCall) -> None:

@@ -4,6 +4,10 @@
 a pure function of the events folded so far and the `now` they were first seen at. No I/O, no clock,
 no event loop: the table-driven tests feed it lists of dicts.
 
+The fold also keeps, per thread, its open calls in order, and the calls and threads each event
+changed; `take_changes()` hands those out, so the runner decides again only what an event touched
+instead of every queued call.
+
 A fresh view per connection (`fresh()`) rebuilds the state from the full history while keeping the
 first-seen time of every event id, so an idle seen before a reconnect keeps its countdown (B7).
 """
@@ -18,6 +22,7 @@ __all__ = [
     "CALL_TYPES",
     "RESULT_ID_KEYS",
     "TERMINAL_TYPES",
+    "Changes",
     "Event",
     "SessionView",
     "TrackedCall",
@@ -70,6 +75,8 @@ class TrackedCall:
     """For a subagent call: the latest idle/termination of its thread that did not list it (F4)."""
     verdict: Verdict | None = None
     """The first `user.tool_confirmation` for the call; an unknown result counts as `deny` (G2, G5)."""
+    seq: int = 0
+    """How many events had been folded when the call's own event was: the calls' order (I2)."""
 
     @property
     def name(self) -> str:
@@ -88,6 +95,10 @@ class TrackedCall:
     def is_waited_on(self) -> bool:
         return self.session_waits is True and self.thread_stop_reason is None
 
+    def is_open(self) -> bool:
+        """Not denied, and waited on or not yet known to be: only these run or hold others back (I2)."""
+        return not self.is_denied() and (self.session_waits is None or self.is_waited_on())
+
     def is_denied(self) -> bool:
         """Any deny wins: the server's evaluation or any confirmation (G3, G4)."""
         return self.event is not None and "deny" in (self.permission, self.verdict)
@@ -98,6 +109,16 @@ class TrackedCall:
 
     def is_unconfirmed(self, require_confirmation: Container[str]) -> bool:
         return self.verdict != "allow" and self.needs_confirmation(require_confirmation)
+
+
+@dataclass
+class Changes:
+    """What the folds changed since the view last handed its changes out (`SessionView.take_changes`)."""
+
+    calls: list[TrackedCall]
+    """Tracked calls whose decision may differ, oldest first."""
+    threads: set[str | None]
+    """Threads whose FIFO queue (I2) may differ: a call of theirs changed, came or went, or their status."""
 
 
 @dataclass
@@ -113,6 +134,12 @@ class SessionView:
     seen_at: dict[str, float] = field(default_factory=dict)
     calls: dict[str, TrackedCall] = field(default_factory=dict)
     _terminated: dict[str | None, bool] = field(default_factory=dict)
+    # Per thread, its open calls oldest first: FIFO (I2) reads these, not every call ever tracked.
+    _queues: dict[str | None, dict[str, TrackedCall]] = field(default_factory=dict)
+    # What changed since `take_changes()`, so the runner decides again only what an event touched.
+    _changed: dict[str, TrackedCall] = field(default_factory=dict)
+    _changed_threads: set[str | None] = field(default_factory=set)
+    _touched: list[TrackedCall] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -139,6 +166,7 @@ class SessionView:
         elif kind == "user.tool_confirmation":
             for call in self._calls_among([str(event.get("tool_use_id"))]):
                 call.verdict = call.verdict or ("allow" if event.get("result") == "allow" else "deny")
+                self._touched.append(call)
         elif kind in TERMINAL_TYPES:
             self.terminal_event = event
         elif kind == "session.status_idle":
@@ -150,6 +178,7 @@ class SessionView:
             self._apply_thread_stop(event, seen_at)
         elif kind.startswith("session.status_"):
             self.idle_since = None
+        self._requeue_touched()
 
     def _apply_call(self, event: Event) -> None:
         call_id = str(event.get("id"))
@@ -157,15 +186,20 @@ class SessionView:
         call = self.calls.pop(call_id, None) or TrackedCall(call_id)
         self.calls[call_id] = call
         call.event = event
+        call.seq = len(self.seen_at)
         # A custom call runs only once an idle lists it: the server never lists one it refused (F1, F2).
         if thread_of(event) or event.get("evaluated_permission") is not None:
             call.session_waits = True
+        self._touched.append(call)
 
     def _apply_result(self, call_id: str) -> None:
         # A denied call stays, because it is reported even when its result arrives with the denial (G7).
         call = self.calls.get(call_id)
         if call is not None and not call.is_denied():
             del self.calls[call_id]
+            self._changed.pop(call_id, None)
+            if call.event is not None:
+                self._dequeue(call)
 
     def _apply_session_idle(self, event: Event, seen_at: float) -> None:
         reason = _stop_reason(event)
@@ -175,11 +209,21 @@ class SessionView:
             return
         self.idle_since = seen_at
         for call in self.calls.values():
-            call.session_waits = reason == _KEEPS_WAITING and call.session_waits is True
+            waits = reason == _KEEPS_WAITING and call.session_waits is True
+            if call.session_waits != waits:
+                call.session_waits = waits
+                self._touched.append(call)
 
     def _apply_thread_status(self, thread: str | None, *, terminated: bool) -> None:
         self.primary_thread_id = self.primary_thread_id or thread
+        was = self._terminated.get(thread)
         self._terminated[thread] = terminated
+        if was == terminated:
+            return
+        # A first status ends the thread's exemption from FIFO; a terminated thread's calls are hidden (G7).
+        self._changed_threads.add(thread)
+        if was:
+            self._touched += [c for c in self.calls.values() if c.event is not None and c.thread == thread]
 
     def _apply_thread_stop(self, event: Event, seen_at: float) -> None:
         # A subagent's stop can make the primary thread run again, so the countdown starts over (L1).
@@ -189,8 +233,9 @@ class SessionView:
         reason = _stop_reason(event) if kind == "session.thread_status_idle" else kind
         thread = thread_of(event)
         for call in self.calls.values():
-            if call.event is not None and call.thread == thread:
+            if call.event is not None and call.thread == thread and call.thread_stop_reason != reason:
                 call.thread_stop_reason = reason
+                self._touched.append(call)
         if reason == _REQUIRES_ACTION:
             for call in self._apply_listed(_listed_ids(event)):
                 call.thread_stop_reason = None
@@ -200,7 +245,34 @@ class SessionView:
         for call in calls:
             call.session_waits = True
             call.listed_at = len(self.seen_at)
+        self._touched += calls
         return calls
+
+    def _requeue_touched(self) -> None:
+        """Mark the calls this event touched as changed, and move them in or out of their thread's queue."""
+        for call in self._touched:
+            if call.event is None:
+                continue  # A placeholder is decided once its call arrives (E4).
+            self._changed[call.id] = call
+            if not call.is_open():
+                self._dequeue(call)
+                continue
+            self._changed_threads.add(call.thread)
+            queue = self._queues.setdefault(call.thread, {})
+            if call.id not in queue:
+                last = next(reversed(queue.values()), None)
+                queue[call.id] = call
+                if last is not None and last.seq > call.seq:
+                    # Rare: a call open again (listed after an end_turn) goes back to its place.
+                    self._queues[call.thread] = dict(sorted(queue.items(), key=lambda item: item[1].seq))
+        self._touched.clear()
+
+    def _dequeue(self, call: TrackedCall) -> None:
+        self._changed_threads.add(call.thread)
+        queue = self._queues.get(call.thread, {})
+        queue.pop(call.id, None)
+        if not queue:
+            self._queues.pop(call.thread, None)
 
     def _calls_among(self, ids: Sequence[str]) -> list[TrackedCall]:
         """Tracked calls for `ids`; an id not seen yet gets a placeholder for a later call (E4)."""
@@ -228,20 +300,41 @@ class SessionView:
     def tracked(self) -> Iterator[TrackedCall]:
         """Calls with an event, oldest first, skipping those of terminated threads (G7)."""
         for call in self.calls.values():
-            if call.event is not None and not self.has_terminated(call.thread):
+            if self._is_tracked(call):
                 yield call
 
-    def is_behind_unanswered_call(self, call: TrackedCall, owned: Container[str]) -> bool:
-        """FIFO per thread (I2): an earlier owned call of the thread is not yet known to be runnable."""
+    def _is_tracked(self, call: TrackedCall) -> bool:
+        return call.event is not None and not self.has_terminated(call.thread)
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call: the tracked calls to decide again, and threads to re-queue."""
+        calls = sorted(filter(self._is_tracked, self._changed.values()), key=lambda call: call.seq)
+        changes = Changes(calls, self._changed_threads)
+        self._changed, self._changed_threads = {}, set()
+        return changes
+
+    def queued_threads(self) -> list[str | None]:
+        """The threads with open calls."""
+        return list(self._queues)
+
+    def fifo(self, thread: str | None, owned: Container[str]) -> Iterator[tuple[TrackedCall, bool]]:
+        """The open calls of `thread`, oldest first, each with whether it is behind an earlier owned call
+        not yet known to be runnable (I2). Only open calls run or hold others back, so none is missed."""
         # A thread that sends no status events never shows that the earlier call stopped waiting.
-        if call.thread is not None and call.thread not in self._terminated:
-            return False
-        for earlier in self.calls.values():
-            if earlier is call:
-                return False
+        exempt = thread is not None and thread not in self._terminated
+        latest_listed_at = -1  # Of the unanswered calls so far.
+        for call in self._queues.get(thread, {}).values():
             # An idle that lists only the later call ends the wait on the earlier one.
-            if self._is_unanswered(earlier, call.thread, owned) and earlier.listed_at >= call.listed_at:
-                return True
+            yield call, not exempt and latest_listed_at >= call.listed_at
+            if self._is_unanswered(call, thread, owned):
+                latest_listed_at = max(latest_listed_at, call.listed_at)
+
+    def is_behind_unanswered_call(self, call: TrackedCall, owned: Container[str]) -> bool:
+        """FIFO per thread (I2) for an open call: an earlier owned call of the thread is not yet known to
+        be runnable."""
+        for queued, behind in self.fifo(call.thread, owned):
+            if queued is call:
+                return behind
         return False
 
     def _is_unanswered(self, call: TrackedCall, thread: str | None, owned: Container[str]) -> bool:

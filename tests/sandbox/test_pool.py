@@ -19,8 +19,8 @@ kit: Any = importlib.util.module_from_spec(_kit_spec)
 _kit_spec.loader.exec_module(kit)
 sandbox_environment = kit.sandbox_environment
 in_sandbox, call, marked_pids, POLICY, REF = kit.in_sandbox, kit.call, kit.marked_pids, kit.POLICY, kit.REF
-WARM_CALL_MAX_S = 0.1
-"""A warm call is a pipe round trip, far below a Python start-up; generous for a busy machine."""
+WARM_CALL_MAX_S = 0.5
+"""A warm call is a pipe round trip (~1 ms); generous for a busy machine (reuse is proven by the pids)."""
 
 
 def test_warm_worker_is_reused_and_fast() -> None:

@@ -105,8 +105,8 @@ def test_reconnect_backoff_is_jittered_and_doubles(emulator: Emulator) -> None:
     out = run_scenario(emulator, scenario)
     streams = [r.monotonic for r in out.emu.requests(out.sid, "stream")]
     gaps = [b - a for a, b in itertools.pairwise(streams)][:2]
-    assert 0.2 <= gaps[0] <= 0.9
-    assert 0.45 <= gaps[1] <= 1.5
+    assert 0.2 <= gaps[0] <= 1.1  # jitter in [0.25, 0.5) s, plus a loaded machine's slack
+    assert 0.45 <= gaps[1] <= 1.9  # doubled: [0.5, 1.0) s
 
 
 def test_max_reconnects_zero_raises_on_first_failure(emulator: Emulator) -> None:

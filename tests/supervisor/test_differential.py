@@ -96,4 +96,7 @@ def test_sdk_runner_and_stockade_post_the_same_results(emulator: Emulator, name:
     out = run_scenario(emulator, SCENARIOS[name], tools=["sv_tools:echo", "sv_tools:boom"])
     ours = [_key(e) for e in out.posted() if e["type"].endswith("tool_result")]
     assert ours == sdk_posted
-    assert [(r.tool_use_id, r.confirmation, r.posted, r.is_error) for r in out.records] == sdk_calls
+    # Records come in completion order: a denial is reported when seen, a run call once posted, so
+    # their interleaving depends on how fast each runner's tool returns (in-process vs a worker).
+    ours_calls = [(r.tool_use_id, r.confirmation, r.posted, r.is_error) for r in out.records]
+    assert sorted(ours_calls, key=repr) == sorted(sdk_calls, key=repr)
