@@ -387,7 +387,9 @@ class WorkerProcess:
         await asyncio.to_thread(self.cage.kill_tree, self.pid, grace_s)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
-        self.close()
+        if self._close_handles():
+            # Removing cgroups and the workdir takes milliseconds of syscalls: not on the event loop.
+            await asyncio.to_thread(self._release_resources)
 
     def kill_now(self) -> None:
         """Synchronous SIGKILL of the tree, for when the caller is being cancelled."""
@@ -396,8 +398,13 @@ class WorkerProcess:
 
     def close(self) -> None:
         """Drop pipes, the pidfd, the cage and an owned workdir. Idempotent."""
+        if self._close_handles():
+            self._release_resources()
+
+    def _close_handles(self) -> bool:
+        """Drop pipes and the pidfd (reaping if need be); False if the worker was closed already."""
         if self._closed:
-            return
+            return False
         self._closed = True
         for transport in getattr(self, "_transports", []):
             transport.close()
@@ -407,7 +414,7 @@ class WorkerProcess:
         os.close(self._pidfd)
         if self.zygote is not None and self._report is not None:
             self.zygote.forget(self.pid)
-        self._release_resources()
+        return True
 
     def _release_resources(self) -> None:
         self.cage.close()

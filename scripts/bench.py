@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks: `python scripts/bench.py sandbox | session | all`.
+"""Benchmarks: `python scripts/bench.py sandbox | session | all | profile`.
 
 `sandbox` measures the sandbox core alone: a call through a warm worker vs calling the same tool
 in-process; a fresh process per call; the time from a call's deadline until its tree is dead.
@@ -41,9 +41,11 @@ DEADLINE_WALL_S = 0.3
 DEADLINE_GRACE_S = 0.1
 SESSION_CALLS = 60
 """Sequential calls per latency session."""
-BATCH_CALLS = 40
+BATCH_CALLS = 100
 """Calls emitted at once (round-robin over `THREADS` session threads) per throughput session."""
 THREADS = 4
+REPEATS = 3
+"""Rounds of every session mode (medians are reported)."""
 SPIN_ROUNDS = 200_000
 """Work of the CPU-bound tool (about 10-20 ms of CPU here)."""
 STARTUP_RUNS = 5
@@ -284,21 +286,31 @@ async def _run_stockade(
 
 
 async def _run_session(
-    emu: Any, mode: str, kind: str, threads: int, concurrency: int, *, sample_memory: bool = False
+    emu: Any,
+    mode: str,
+    kind: str,
+    threads: int,
+    concurrency: int,
+    *,
+    sample_memory: bool = False,
+    calls: int | None = None,
 ) -> Measure:
     import concurrent.futures
 
     import msgspec
     from anthropic import AsyncAnthropic
 
-    calls = BATCH_CALLS if threads else SESSION_CALLS
+    calls = calls or (BATCH_CALLS if threads else SESSION_CALLS)
     sid = emu.add_session(_scenario(kind, calls, threads))
     client = AsyncAnthropic(api_key=API_KEY, base_url=emu.base_url)
     measure = Measure()
     if mode in ("warm", "fresh"):
-        # One warm (or pre-forked) worker per concurrent call, as a user would size the pool.
+        # Sized as a user would: one warm worker per concurrent call; or, fresh per call, two started
+        # ahead per concurrent call, since a start (~10 ms, mostly the cgroup move) outlasts the gap
+        # between one call's result and the next call.
+        pool_size = concurrency if mode == "warm" else 2 * concurrency
         policy = msgspec.structs.replace(
-            _policies()["warm" if mode == "warm" else "prestarted"], pool_size=concurrency
+            _policies()["warm" if mode == "warm" else "prestarted"], pool_size=pool_size
         )
         sampled = measure if sample_memory else None
         await asyncio.wait_for(_run_stockade(client, sid, policy, concurrency, sampled), SESSION_TIMEOUT_S)
@@ -339,36 +351,55 @@ def _print_table(title: str, unit: str, values: dict[str, float], higher_is_bett
         print(f"  {MODES[mode]:<46} {value:>10.2f} {value / base if base else float('nan'):>8.2f}x")
 
 
+def _run_all_sessions(emu: Any) -> dict[tuple[str, str], list[Measure]]:
+    """Every mode's sessions, `REPEATS` rounds interleaved (the slow naive `subprocess` mode: one), so
+    a burst of load on the machine does not land on one mode only."""
+    results: dict[tuple[str, str], list[Measure]] = {}
+    for round_index in range(REPEATS):
+        for mode in MODES:
+            if round_index and mode == "subprocess":
+                continue
+            for kind in WORK:
+                results.setdefault((mode, kind), []).append(asyncio.run(_run_session(emu, mode, kind, 0, 1)))
+                for concurrency in (1, THREADS):
+                    run = _run_session(emu, mode, kind, THREADS, concurrency)
+                    results.setdefault((mode, f"{kind}-c{concurrency}"), []).append(asyncio.run(run))
+    return results
+
+
 def run_session_bench() -> None:
     from stockade.emulator import Emulator
 
     _policies()  # Sets PYTHONPATH for the workers and the naive children.
-    results: dict[tuple[str, str], Measure] = {}
     with Emulator(api_key=API_KEY) as emu:
-        for mode in MODES:
-            for kind in WORK:
-                results[(mode, kind)] = asyncio.run(_run_session(emu, mode, kind, 0, 1))
-                for concurrency in (1, THREADS):
-                    key = (mode, f"{kind}-c{concurrency}")
-                    results[key] = asyncio.run(_run_session(emu, mode, kind, THREADS, concurrency))
-        for mode in ("warm", "fresh"):
-            run = _run_session(emu, mode, "trivial", THREADS, THREADS, sample_memory=True)
-            results[(mode, "memory")] = asyncio.run(run)
+        results = _run_all_sessions(emu)
+        memory = {
+            mode: asyncio.run(_run_session(emu, mode, "trivial", THREADS, THREADS, sample_memory=True))
+            for mode in ("warm", "fresh")
+        }
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; {SESSION_CALLS} sequential calls per")
-    print(f"latency session, {BATCH_CALLS} calls over {THREADS} session threads per throughput session")
+    print(f"latency session, {BATCH_CALLS} calls over {THREADS} session threads per throughput session;")
+    print(f"each figure the median of {REPEATS} interleaved rounds (subprocess: 1)")
     for kind in WORK:
         for label, q in (("median", 0.5), ("p99", 0.99)):
-            values = {mode: _pct(results[(mode, kind)].latencies_s, q) * 1e3 for mode in MODES}
+            values = {
+                mode: statistics.median(_pct(m.latencies_s, q) for m in results[(mode, kind)]) * 1e3
+                for mode in MODES
+            }
             _print_table(f"{kind} tool: per-call latency, {label}", "ms", values)
         for concurrency in (1, THREADS):
-            m = {mode: results[(mode, f"{kind}-c{concurrency}")] for mode in MODES}
-            values = {mode: BATCH_CALLS / m[mode].span_s for mode in MODES}
+            values = {
+                mode: statistics.median(
+                    BATCH_CALLS / m.span_s for m in results[(mode, f"{kind}-c{concurrency}")]
+                )
+                for mode in MODES
+            }
             _print_table(
                 f"{kind} tool: throughput, max_concurrent_calls={concurrency}", "calls/s", values, True
             )
     print("\nworker memory while a session ran (processes incl. the zygote: RSS MiB / PSS MiB)")
     for mode in ("warm", "fresh"):
-        count, rss, pss = results[(mode, "memory")].workers
+        count, rss, pss = memory[mode].workers
         print(f"  {MODES[mode]:<46} {count:>3} procs {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")
     rss, pss = _memory({os.getpid()})
     print(f"  bench process (supervisor + emulator + SDK)   {rss / 2**20:>8.1f} {pss / 2**20:>8.1f}")
@@ -383,14 +414,40 @@ def run_session_bench() -> None:
         print(f"  {label:<46} {seconds:>10.3f} {seconds / base:>8.2f}x")
 
 
+def run_profile(mode: str, calls: int) -> None:
+    """Profile one throughput session (`calls` trivial calls over the session threads, concurrency
+    `THREADS`) with pyinstrument, after an unprofiled warm-up session; prints the profile."""
+    try:
+        from pyinstrument import Profiler
+    except ImportError:
+        sys.exit("bench.py profile needs pyinstrument: ../.venv/bin/pip install pyinstrument")
+    from stockade.emulator import Emulator
+
+    _policies()
+    with Emulator(api_key=API_KEY) as emu:
+        asyncio.run(_run_session(emu, mode, "trivial", THREADS, THREADS, calls=calls))
+        profiler = Profiler(interval=0.0005, async_mode="disabled")
+        cpu_s = time.process_time()
+        profiler.start()
+        measure = asyncio.run(_run_session(emu, mode, "trivial", THREADS, THREADS, calls=calls))
+        profiler.stop()
+        cpu_s = time.process_time() - cpu_s
+    print(profiler.output_text(unicode=False))
+    print(f"{MODES[mode]}: {calls / measure.span_s:.1f} calls/s, {cpu_s / calls * 1e3:.2f} ms CPU per call")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["sandbox", "session", "all"])
+    parser.add_argument("suite", choices=["sandbox", "session", "all", "profile"])
+    parser.add_argument("--mode", choices=list(MODES), default="warm", help="profile: the mode to profile")
+    parser.add_argument("--calls", type=int, default=200, help="profile: calls in the session")
     args = parser.parse_args()
     if args.suite in ("sandbox", "all"):
         run_sandbox_bench()
     if args.suite in ("session", "all"):
         run_session_bench()
+    if args.suite == "profile":
+        run_profile(args.mode, args.calls)
 
 
 if __name__ == "__main__":
