@@ -137,8 +137,9 @@ class WorkerProcess:
         self.calls = 0
         self.worker_cpu_s = 0.0
         self.isolation: dict[str, str] = {}
-        self.workdir, self._own_workdir = _make_workdir(policy)
-        self.cage = Cage.create(policy, worker_id)
+        self.workdir, self._own_workdir = "", False
+        self.cage = Cage(policy, worker_id)
+        """An empty cage until `start` creates the real one (its cgroups, its slot uid)."""
         self.max_reply_bytes = policy.max_output_bytes + FRAME_OVERHEAD_BYTES
         self.status: int | None = None
         self.rusage: resource.struct_rusage | None = None
@@ -172,9 +173,27 @@ class WorkerProcess:
         )
         return msgspec.json.encode(config).decode()
 
+    def _prepare(self) -> None:
+        """Make the workdir and the cage (blocking: cgroup directories take milliseconds to create)."""
+        self.workdir, self._own_workdir = _make_workdir(self.policy)
+        self.cage = Cage.create(self.policy, self.worker_id)
+
+    async def _prepare_off_loop(self) -> None:
+        prepared = asyncio.ensure_future(asyncio.to_thread(self._prepare))
+        try:
+            await asyncio.shield(prepared)
+        except asyncio.CancelledError:
+            # The thread finishes anyway: release what it made once it has.
+            prepared.add_done_callback(lambda _: self._release_resources())
+            raise
+        except BaseException:
+            self._release_resources()
+            raise
+
     async def start(self) -> None:
         """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
         loop = asyncio.get_running_loop()
+        await self._prepare_off_loop()
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         env = limits.worker_env(self.policy, self.workdir, self.cage.preexec_env())
