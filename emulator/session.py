@@ -294,8 +294,9 @@ class SessionState:
         if reason.get("type") == "retries_exhausted":
             return
         listed = set(reason.get("event_ids") or ()) if reason.get("type") == "requires_action" else set()
+        thread = thread_of(idle)
         for call in self._calls.values():
-            if call.thread == thread_of(idle) and call.state == "pending" and call.id not in listed:
+            if call.thread == thread and call.state == "pending" and call.id not in listed:
                 call.state = "not_waited"
 
     def _react(self, event: Event, call: Call) -> None:
