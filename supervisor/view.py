@@ -329,14 +329,6 @@ class SessionView:
             if self._is_unanswered(call, thread, owned):
                 latest_listed_at = max(latest_listed_at, call.listed_at)
 
-    def is_behind_unanswered_call(self, call: TrackedCall, owned: Container[str]) -> bool:
-        """FIFO per thread (I2) for an open call: an earlier owned call of the thread is not yet known to
-        be runnable."""
-        for queued, behind in self.fifo(call.thread, owned):
-            if queued is call:
-                return behind
-        return False
-
     def _is_unanswered(self, call: TrackedCall, thread: str | None, owned: Container[str]) -> bool:
         if call.event is None or call.thread != thread or call.name not in owned or call.is_denied():
             return False

@@ -47,10 +47,11 @@ def decisions(events: list[dict[str, Any]], require: frozenset[str] = frozenset(
     view = SessionView(require)
     for n, ev in enumerate(events):
         view.apply(ev, float(n))
+    behind = {call.id: b for thread in view.queued_threads() for call, b in view.fifo(thread, OWNED)}
     out = {}
     for call in view.tracked():
         d = decide(call, require)
-        out[call.id] = "behind" if d == "run" and view.is_behind_unanswered_call(call, OWNED) else d
+        out[call.id] = "behind" if d == "run" and behind.get(call.id, False) else d
     return out
 
 
