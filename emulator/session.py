@@ -288,16 +288,17 @@ class SessionState:
             self._terminated_threads.add(thread_of(event))
 
     def _stop_waiting(self, idle: Event) -> None:
-        # The server waits only on the calls an idle lists; an idle that ends the turn waits on none
-        # (except after `retries_exhausted`), so a later answer to such a call starts no reaction.
+        # The server waits only on the calls the latest idle lists; an idle that ends the turn waits on
+        # none (except after `retries_exhausted`), so a later answer to such a call starts no reaction.
         reason = idle.get("stop_reason") or {}
         if reason.get("type") == "retries_exhausted":
             return
         listed = set(reason.get("event_ids") or ()) if reason.get("type") == "requires_action" else set()
         thread = thread_of(idle)
         for call in self._calls.values():
-            if call.thread == thread and call.state == "pending" and call.id not in listed:
-                call.state = "not_waited"
+            if call.thread != thread or call.state not in ("pending", "not_waited"):
+                continue
+            call.state = "pending" if call.id in listed else "not_waited"
 
     def _react(self, event: Event, call: Call) -> None:
         if event["type"] == "user.tool_confirmation" and event.get("result") != "allow":

@@ -202,6 +202,26 @@ def test_an_idle_that_leaves_a_call_unlisted_stops_waiting_on_it(emu_factory: An
     assert emu.events("s")[-1]["type"] == "session.status_running"
 
 
+def test_a_call_listed_again_is_waited_on_again(emu_factory: Any) -> None:
+    emu: Emulator = emu_factory(
+        {
+            "id": "s",
+            "start": "now",
+            "steps": [
+                {"custom_tool_use": "weather", "id": "c1", "requires_action": False},
+                {"idle": "end_turn"},
+                {"idle": "requires_action", "event_ids": ["c1"]},
+                {"wait": ["c1"], "timeout_s": 5},
+            ],
+        }
+    )
+    emu.wait_for_events("s", 3, timeout=5)
+    _post(emu, "s", _result("c1", custom=True))
+    emu.wait_until_finished("s", timeout=5)
+    # The answer to a call the latest idle lists sets the session running again.
+    assert emu.events("s")[-1]["type"] == "session.status_running"
+
+
 def test_thread_calls_use_thread_idles_and_terminated_threads_refuse_results(emu_factory: Any) -> None:
     emu: Emulator = emu_factory(
         {
