@@ -4,7 +4,7 @@ Public API: `Sandbox` (warm pools, `run`, `describe`, `end_thread`, `report`), `
 `CallRequest`, `ToolInfo`, `ResourcePolicy`, and the outcomes `ToolOutcome` = `Completed | Failed |
 TimedOut | Crashed | OverLimit`, each with `Usage`. Errors: `ToolLoadFailed` (from `describe`).
 
-The names are loaded lazily, so a worker process (`stockade.sandbox.worker`) does not import the
+The names are loaded lazily, so a worker process (`stockade.sandbox.child.worker`) does not import the
 asyncio-based pool when it starts.
 """
 
@@ -14,10 +14,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stockade.sandbox.host.pool import CallRequest, Sandbox, ToolLoadFailed, run_call_sync
     from stockade.sandbox.outcome import Completed, Crashed, Failed, OverLimit, TimedOut, ToolOutcome, Usage
     from stockade.sandbox.policy import ResourcePolicy
-    from stockade.sandbox.pool import CallRequest, Sandbox, ToolLoadFailed, run_call_sync
-    from stockade.sandbox.protocol import ToolInfo
+    from stockade.sandbox.wire.protocol import ToolInfo
 
 __all__ = [
     "CallRequest",
@@ -36,12 +36,12 @@ __all__ = [
 ]
 
 _HOMES = {
-    **dict.fromkeys(("CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"), "pool"),
+    **dict.fromkeys(("CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"), "host.pool"),
     **dict.fromkeys(
         ("Completed", "Crashed", "Failed", "OverLimit", "TimedOut", "ToolOutcome", "Usage"), "outcome"
     ),
     "ResourcePolicy": "policy",
-    "ToolInfo": "protocol",
+    "ToolInfo": "wire.protocol",
 }
 
 

@@ -1,6 +1,6 @@
 """stockade.supervisor: runs a session's tool calls in sandboxed workers.
 
-Public API: `SessionRunner` (runner.py), `CallRecord` and `RunEnd` (records.py), `sandboxed` (messages.py:
+Public API: `SessionRunner` (runner/), `CallRecord` and `RunEnd` (runner/records.py), `sandboxed` (adapters/:
 sandboxed tools for the SDK's Messages tool runner), and the error tree
 in errors.py (`SupervisorError`, `ReconnectLimitExceeded`). The names load lazily, so importing a
 pure submodule (the view, the gate) does not pay for importing `anthropic`.
@@ -12,20 +12,20 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from stockade.supervisor.adapters.messages import sandboxed
     from stockade.supervisor.errors import ReconnectLimitExceeded, SupervisorError
-    from stockade.supervisor.messages import sandboxed
-    from stockade.supervisor.records import CallRecord, RunEnd
-    from stockade.supervisor.runner import SessionRunner
+    from stockade.supervisor.runner.facade import SessionRunner
+    from stockade.supervisor.runner.records import CallRecord, RunEnd
 
 __all__ = ["CallRecord", "ReconnectLimitExceeded", "RunEnd", "SessionRunner", "SupervisorError", "sandboxed"]
 
 _HOMES = {
-    "CallRecord": "records",
-    "RunEnd": "records",
-    "SessionRunner": "runner",
+    "CallRecord": "runner.records",
+    "RunEnd": "runner.records",
+    "SessionRunner": "runner.facade",
     "ReconnectLimitExceeded": "errors",
     "SupervisorError": "errors",
-    "sandboxed": "messages",
+    "sandboxed": "adapters.messages",
 }
 
 

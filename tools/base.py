@@ -1,6 +1,6 @@
 """The tool model: `@tool`, `Tool`, `ToolError`, `ToolContext`.
 
-CONTRACT (used by stockade.sandbox.worker; keep these signatures):
+CONTRACT (used by stockade.sandbox.child.worker; keep these signatures):
 - `Tool`: `name`, `description`, `input_schema` (JSON schema dict), `invoke(input, ctx) -> list[dict]`
   which returns the result converted to session content blocks (runner rule J4, "(no output)"), or raises
   `ToolError` (deliberate error content, `.blocks()` gives its blocks), `BadResult` (the tool returned

@@ -1,6 +1,6 @@
 """Tool references: `"module:attr"` names a tool or a list of tools that a worker imports itself.
 
-CONTRACT (used by stockade.sandbox.worker; keep this signature):
+CONTRACT (used by stockade.sandbox.child.worker; keep this signature):
 - `load_tools(ref: str) -> list[Tool]`: import `module`, take `attr` (a Tool, an SDK beta tool, or a list
   of them) and return them as stockade Tools. Raises `ToolLoadError` with a clear message.
 

@@ -21,7 +21,7 @@ from stockade.emulator import Emulator
 from stockade.sandbox import Sandbox
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor import SessionRunner
-from stockade.supervisor.records import RunEnd
+from stockade.supervisor.runner.records import RunEnd
 
 __all__ = [
     "API_KEY",

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 from chaos_harness import API_KEY, runs_by_tag
 from stockade.emulator import Emulator
-from stockade.supervisor.journal import interrupted_text
+from stockade.supervisor.runner.journal import interrupted_text
 
 __all__ = [
     "PROCESS_TIMEOUT_S",

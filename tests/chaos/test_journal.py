@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from stockade.supervisor.journal import Journal, JournalBusy, interrupted_text, journal_path
+from stockade.supervisor.runner.journal import Journal, JournalBusy, interrupted_text, journal_path
 
 STAMP = "2026-04-01T10:00:00.123456Z"
 CALL = {"type": "agent.tool_use", "id": "tu_1", "name": "bash", "input": {}, "processed_at": STAMP}
@@ -90,7 +90,7 @@ def test_the_database_is_in_wal_mode_and_private(tmp_path: Path) -> None:
 def _child(tmp_path: Path, body: str) -> subprocess.Popen[str]:
     code = textwrap.dedent(f"""
         import os, signal, sys
-        from stockade.supervisor.journal import Journal
+        from stockade.supervisor.runner.journal import Journal
         journal = Journal.for_session({str(tmp_path)!r}, "sesn_k")
         {body}
         print("ready", flush=True)

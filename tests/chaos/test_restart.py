@@ -21,7 +21,7 @@ from chaos_restart import (
     write_policy,
 )
 from stockade.emulator import Emulator
-from stockade.supervisor.journal import interrupted_text
+from stockade.supervisor.runner.journal import interrupted_text
 
 RESTART_RUNS = int(os.environ.get("STOCKADE_CHAOS_RESTARTS", "3"))
 MID_RUN_SLEEP_S = 2.0

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from stockade.supervisor.config import ConfigError, load_policy_file
+from stockade.supervisor.config.policy import ConfigError, load_policy_file
 
 REPO = Path(__file__).resolve().parents[2]
 FAST_START_S = 0.3

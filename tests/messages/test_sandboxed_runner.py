@@ -16,7 +16,7 @@ from anthropic import Anthropic, AsyncAnthropic
 from stockade.emulator.messages import MessagesScript, MessagesState
 from stockade.sandbox.outcome import TimedOut
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.supervisor.messages import SandboxedToolsError, sandboxed
+from stockade.supervisor.adapters.messages import SandboxedToolsError, sandboxed
 
 from . import msg_tools
 from ._emulator import serve_messages

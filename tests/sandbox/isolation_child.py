@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 from isolation_tools import fork_sleepers  # A sibling: run as a script, this folder is on sys.path.
-from stockade.sandbox.isolation import LayerUnavailable, apply_in_worker
+from stockade.sandbox.isolation.cage import LayerUnavailable, apply_in_worker
 from stockade.sandbox.policy import ResourcePolicy
 
 Args = dict[str, Any]

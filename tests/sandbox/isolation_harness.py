@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from stockade.sandbox.isolation import Cage
+from stockade.sandbox.isolation.cage import Cage
 from stockade.sandbox.policy import ResourcePolicy
 
 CHILD = Path(__file__).with_name("isolation_child.py")

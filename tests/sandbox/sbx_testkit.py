@@ -13,7 +13,7 @@ import msgspec
 import psutil
 import pytest
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
-from stockade.sandbox.tree import MARKER_ENV
+from stockade.sandbox.isolation.tree import MARKER_ENV
 
 HOSTILE_DIR = Path(__file__).parent / "hostile_tools"
 REF = "sbx_hostile:TOOLS"

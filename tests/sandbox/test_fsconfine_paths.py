@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import stockade.tools
-from stockade.sandbox.fsconfine import interpreter_paths
+from stockade.sandbox.isolation.fsconfine import interpreter_paths
 
 
 def test_the_folders_of_stockades_packages_are_kept() -> None:

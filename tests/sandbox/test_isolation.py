@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stockade.sandbox.doctor import doctor_report, format_table
-from stockade.sandbox.isolation import LAYERS, probe
+from stockade.sandbox.isolation.cage import LAYERS, probe
+from stockade.sandbox.isolation.doctor import doctor_report, format_table
 from stockade.sandbox.policy import ResourcePolicy
 
 # The one piece each test file repeats: everything else shared comes from the kit.

@@ -11,8 +11,8 @@ from typing import Any
 
 import psutil
 import pytest
-from stockade.sandbox.cgroup import discover_layout, sweep_stale
-from stockade.sandbox.isolation import probe
+from stockade.sandbox.isolation.cage import probe
+from stockade.sandbox.isolation.cgroup import discover_layout, sweep_stale
 from stockade.sandbox.policy import MIB, ResourcePolicy
 
 # The one piece each test file repeats: everything else shared comes from the kit.

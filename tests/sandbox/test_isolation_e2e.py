@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from stockade.sandbox import CallRequest, OverLimit, ResourcePolicy, Sandbox, ToolOutcome
-from stockade.sandbox.isolation import probe
+from stockade.sandbox.isolation.cage import probe
 from stockade.sandbox.policy import MIB
 
 HERE = Path(__file__).parent

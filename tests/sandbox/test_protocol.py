@@ -10,7 +10,9 @@ import time
 
 import msgspec
 import pytest
-from stockade.sandbox.framing import (
+from stockade.sandbox.isolation.limits import truncate_blocks, worker_env
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.wire.framing import (
     FrameTooLarge,
     PeerClosed,
     frame,
@@ -18,9 +20,7 @@ from stockade.sandbox.framing import (
     read_frame_blocking,
     write_frame_blocking,
 )
-from stockade.sandbox.limits import truncate_blocks, worker_env
-from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.protocol import (
+from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
     CallUsage,
     Described,

@@ -86,7 +86,7 @@ def test_fresh_per_call_workers_are_forked_from_the_zygote() -> None:
         assert sandbox.zygote_pid is not None
         assert len({who["pid"] for who in seen}) == CALLS  # a new process per call
         for who in seen:
-            assert "stockade.sandbox.zygote" in who["cmdline"]  # forked, not exec'd
+            assert "stockade.sandbox.child.zygote" in who["cmdline"]  # forked, not exec'd
             assert who["ppid"] == sandbox.zygote_pid  # the zygote's child: it reaps it, not we
             assert who["sid"] == who["pid"]  # its own session
             # The untrusted tool module was imported in the worker, under its limits.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import anthropic
 import pytest
 from stockade.emulator import Emulator
-from stockade.supervisor.serve_item import sessions_token
+from stockade.supervisor.environments.item import sessions_token
 
 ENV_ID = "env_wire"
 

@@ -10,8 +10,8 @@ from stockade.emulator.scenario import Scenario
 from stockade.emulator.server import Emulator
 from stockade.sandbox.outcome import TimedOut
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.supervisor.post import ResultPoster
-from stockade.supervisor.results import build_result
+from stockade.supervisor.runner.post import ResultPoster
+from stockade.supervisor.runner.results import build_result
 
 from .conftest import API_KEY, run_scenario
 

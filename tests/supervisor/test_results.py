@@ -6,8 +6,8 @@ import anthropic
 import httpx
 import pytest
 from stockade.sandbox.outcome import Completed, Failed, TimedOut
-from stockade.supervisor.results import build_result, outcome_result, to_session_content
-from stockade.supervisor.retry import backoff_s, is_permanent, request_timeout_s
+from stockade.supervisor.runner.results import build_result, outcome_result, to_session_content
+from stockade.supervisor.runner.retry import backoff_s, is_permanent, request_timeout_s
 
 TU = {"type": "agent.tool_use", "id": "tu_1", "name": "echo"}
 SEARCH = {"type": "search_result", "source": "s", "title": "t", "content": []}

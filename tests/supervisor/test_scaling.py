@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 import pytest
 from stockade.emulator.server import Emulator
-from stockade.supervisor import gate, session
-from stockade.supervisor.session import SessionLoop
+from stockade.supervisor.runner import gate
+from stockade.supervisor.runner import loop as session
+from stockade.supervisor.runner.loop import SessionLoop
 
 from .conftest import POLICY, run_scenario
 

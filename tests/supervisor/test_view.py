@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from stockade.supervisor.gate import decide
-from stockade.supervisor.view import SessionView
+from stockade.supervisor.runner.gate import decide
+from stockade.supervisor.runner.view import SessionView
 
 OWNED = frozenset({"echo", "slow", "write"})
 

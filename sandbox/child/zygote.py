@@ -1,0 +1,239 @@
+"""The zygote: a pre-imported process that forks sandbox workers, so a fresh worker costs a fork.
+
+The zygote is exec'd once per `Sandbox` (`python -P -s -m stockade.sandbox.child.zygote '<modules JSON>'`)
+with a scrubbed environment — never forked from the supervisor, whose heap holds the API key. It
+imports the worker (stockade's own modules, msgspec, psutil) and the trusted tool modules it is
+given (the built-in toolset), then forks one worker per `ForkRequest` received over a Unix socket.
+Any other tool module is imported by the worker after its limits are applied, exactly as in an
+exec'd worker, so a hostile import cannot poison the zygote.
+
+The zygote is the parent of the workers it forks and a child subreaper, so whatever a tool leaves
+behind (a shell that outlives its worker, a killed daemon) is reparented to it, never to the
+supervisor. It has no other children, so it reaps with `waitpid(-1)` — which the supervisor must
+not do: in library use other code owns its children — and reports each worker's exit (wait status
+and rusage) as `Exited`; the supervisor watches the worker's exit through a pidfd (which works on a
+non-child) and takes the status from that report. The zygote exits when the supervisor closes the
+socket or dies, killing the workers still running (a dead supervisor cannot).
+
+Supervisor → zygote: `ForkRequest` (numbered by `seq`) with four fds (request read end, reply write
+end, stdout, stderr). Zygote → supervisor: `ZygoteReady` once, `Forked` or `ForkFailed` per request
+(same `seq`), and `Exited` whenever a worker it forked has been reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+
+import msgspec
+from stockade.sandbox.isolation import tree
+from stockade.sandbox.wire.zygote import (
+    FDS_PER_FORK,
+    MESSAGE_BYTES,
+    REPLY_BYTES,
+    Exited,
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    ZygoteReady,
+)
+
+__all__ = ["main"]
+
+WORKER_MODULES = ("stockade.sandbox.child.worker", "msgspec", "psutil")
+EXIT_FORK_FAILED = 70
+_ENV_START_FIELD = 47
+"""Index of `env_start` (field 50 of /proc/<pid>/stat) among the fields after the command name."""
+_ENV_END_FIELD = 48
+
+_encoder = msgspec.msgpack.Encoder()
+_requests = msgspec.msgpack.Decoder(ForkRequest)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every fd except those in `keep` (the worker must hold only its own pipes)."""
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in keep:
+            with contextlib.suppress(OSError):  # The fd listdir itself used is gone already.
+                os.close(int(name))
+
+
+def _rewrite_proc_environ(env: dict[str, str], priority: tuple[str, ...]) -> bool:
+    """Overwrite the exec-time environment block that /proc/<pid>/environ shows, in place.
+
+    A forked process still shows the zygote's block there, but tree sweeps and leak checks find a
+    worker's processes by the marker in it. The zygote's block reserves `SLACK_ENV` for this; the
+    `priority` variables go first, so they survive if the rest does not fit. True if all fit.
+    """
+    fields = Path("/proc/self/stat").read_text().rpartition(")")[2].split()
+    start, end = int(fields[_ENV_START_FIELD]), int(fields[_ENV_END_FIELD])
+    order = [*(k for k in priority if k in env), *(k for k in env if k not in priority)]
+    block = bytearray()
+    for key in order:
+        entry = f"{key}={env[key]}".encode() + b"\0"
+        if len(block) + len(entry) > end - start:
+            break
+        block += entry
+    ctypes.memmove(start, bytes(block.ljust(end - start, b"\0")), end - start)
+    return len(block) == sum(len(f"{k}={v}".encode()) + 1 for k, v in env.items())
+
+
+def _adopt_env(env: dict[str, str], priority: tuple[str, ...]) -> None:
+    """Become a process started with `env`: the variables, /proc's view of them, and the import
+    path PYTHONPATH gives."""
+    os.environ.clear()
+    os.environ.update(env)
+    _rewrite_proc_environ(env, priority)
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = [os.path.abspath(p) for p in extra]
+
+
+def _become_worker(request: ForkRequest, fds: list[int]) -> None:
+    """In the forked worker: wire the fds, take the environment, run the worker; never returns."""
+    code = EXIT_FORK_FAILED
+    try:
+        req_r, rep_w, out_w, err_w = fds
+        signal.set_wakeup_fd(-1)  # The zygote's reaping machinery is not the worker's.
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        _close_all_but({0, 1, 2, req_r, rep_w})
+        _adopt_env(request.env, request.markers)
+        os.chdir(request.cwd)
+        config = msgspec.json.decode(request.config)
+        config.update(request_fd=req_r, reply_fd=rep_w)
+        from stockade.sandbox.child import worker
+
+        sys.argv = [worker.__file__, msgspec.json.encode(config).decode()]  # as `python -m` sets it
+        code = worker.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _fork(request: ForkRequest, fds: list[int]) -> int:
+    """Fork the worker as our child; returns its pid."""
+    pid = os.fork()
+    if pid == 0:
+        _become_worker(request, fds)
+    return pid
+
+
+def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
+    """Answer one request; False once the supervisor has gone."""
+    message, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, FDS_PER_FORK)
+    if not message:
+        return False
+    seq = 0
+    try:
+        request = _requests.decode(message)
+        seq = request.seq
+        if len(fds) != FDS_PER_FORK:
+            raise ValueError(f"expected {FDS_PER_FORK} fds, got {len(fds)}")
+        pid = _fork(request, fds)
+        workers.add(pid)
+        reply: Forked | ForkFailed = Forked(seq=seq, pid=pid)
+    except (OSError, ValueError, msgspec.DecodeError) as exc:
+        reply = ForkFailed(seq=seq, message=f"{type(exc).__name__}: {exc}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    sock.send(_encoder.encode(reply))
+    return True
+
+
+def _exited(pid: int, status: int, usage: resource.struct_rusage) -> Exited:
+    counters = tuple(int(value) for value in usage[2:])
+    return Exited(pid=pid, status=status, cpu_s=(usage.ru_utime, usage.ru_stime), counters=counters)
+
+
+def _reap(sock: socket.socket, workers: set[int]) -> None:
+    """Reap every exited child — workers and the orphans reparented to us — and report the workers.
+
+    `waitpid(-1)` is safe here: every child of the zygote is a worker or an orphan of one."""
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in workers:
+            workers.discard(pid)
+            with contextlib.suppress(OSError):  # The supervisor has gone: nobody to tell.
+                sock.send(_encoder.encode(_exited(pid, status, usage)))
+
+
+def _watch_children() -> int:
+    """Make SIGCHLD wake the serve loop: returns the fd that becomes readable when it arrives."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    # A Python handler must exist for the wakeup fd to be written; the loop does the work.
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(wake_w)
+    return wake_r
+
+
+def _serve(sock: socket.socket) -> None:
+    """Fork on request and reap on SIGCHLD until the supervisor closes the socket."""
+    wake = _watch_children()
+    workers: set[int] = set()
+    try:
+        while True:
+            readable, _, _ = select.select([sock.fileno(), wake], [], [])
+            if wake in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake, REPLY_BYTES)
+                _reap(sock, workers)
+            if sock.fileno() in readable and not _serve_one(sock, workers):
+                return
+    finally:
+        _kill_workers(workers)
+        _reap(sock, workers)  # Orphans still dying are reparented to init when we exit.
+
+
+def _kill_workers(workers: set[int]) -> None:
+    """SIGKILL the process group of every worker still running: the supervisor is gone (a closing
+    sandbox has killed its workers already), and a worker busy in a tool would never see EOF.
+    Safe by pid: they are our unreaped children, so their pids cannot have been reused."""
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)  # In case it left its own process group.
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the zygote: preload, say ready, fork and reap until the socket closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    args = sys.argv[1:] if argv is None else argv
+    sock_fd, modules = int(args[0]), msgspec.json.decode(args[1], type=list[str])
+    for name in (*WORKER_MODULES, *modules):
+        __import__(name)
+    tree.become_subreaper()  # Orphans of tools come to us, not to the supervisor.
+    sock = socket.socket(fileno=sock_fd)
+    sock.send(_encoder.encode(ZygoteReady(pid=os.getpid(), preloaded=[*WORKER_MODULES, *modules])))
+    with contextlib.suppress(ConnectionError):
+        _serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

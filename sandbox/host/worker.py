@@ -1,0 +1,443 @@
+"""Start a worker process and talk to it: the supervisor's handle on one worker.
+
+A worker is forked by the sandbox's zygote (`zygote.py`: exec'd once with a scrubbed environment,
+pre-imported; never a fork of the supervisor, whose heap holds the API key), or, without a zygote,
+exec'd (`python -m stockade.sandbox.child.worker`). Either way it runs in a new session, with stdin on
+/dev/null, a scrubbed environment and two protocol pipes. Its stdout and stderr are drained into
+bounded tail buffers. Its exit is watched through a pidfd, so a death is noticed at once even when a
+grandchild still holds the pipes open. An exec'd worker is the supervisor's child, which reaps it; a
+forked one is the zygote's, which reaps it and reports its wait status and rusage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import msgspec
+from stockade.sandbox.host.errors import (
+    WorkerDied,
+    WorkerError,
+    WorkerProtocolError,
+    WorkerStartError,
+    WorkerTimeout,
+)
+from stockade.sandbox.host.zygote import Zygote
+from stockade.sandbox.isolation import cage as isolation
+from stockade.sandbox.isolation import limits, tree
+from stockade.sandbox.isolation.cage import Cage
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
+from stockade.sandbox.wire.protocol import (
+    PROTOCOL_VERSION,
+    FromWorker,
+    Ready,
+    Refused,
+    ToWorker,
+    WorkerConfig,
+    decode_from_worker,
+    encode,
+)
+from stockade.sandbox.wire.zygote import Exited, ForkRequest, ZygoteError
+
+__all__ = [
+    "FRAME_OVERHEAD_BYTES",
+    "WorkerDied",
+    "WorkerError",
+    "WorkerProcess",
+    "WorkerProtocolError",
+    "WorkerStartError",
+    "WorkerTimeout",
+]
+
+FRAME_OVERHEAD_BYTES = 1 << 20
+"""Room above `max_output_bytes` for a reply's envelope (markers, non-text block encoding)."""
+STDERR_TAIL_BYTES = 8 << 10
+STDOUT_TAIL_BYTES = 4 << 10
+EXIT_AFTER_EOF_S = 0.25
+"""After the reply pipe closes, how long the worker may take to exit before it counts as hung."""
+PIPE_DRAIN_S = 0.3
+"""After a death, how long to wait for the last stderr bytes (a grandchild may hold the pipe)."""
+EXIT_REPORT_WAIT_S = 1.0
+"""After a forked worker's exit, how long the zygote's report of it may take (it reaps at once)."""
+READ_LIMIT_BYTES = 256 << 10
+"""Buffer of the reply reader; reading pauses above it, so a flood cannot grow our memory."""
+
+_MARKERS = (tree.MARKER_ENV,)
+"""Variables by which sweeps find a worker's processes in /proc: they must show there."""
+
+log = logging.getLogger(__name__)
+
+
+class TailBuffer(asyncio.Protocol):
+    """Drains a pipe, keeping only its last `cap` bytes; `closed` resolves at EOF."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.data = bytearray()
+        self.total = 0
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        self.total += len(data)
+        self.data += data
+        del self.data[: -self.cap]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def text(self) -> str:
+        return self.data.decode(errors="replace")
+
+
+def _make_workdir(policy: ResourcePolicy) -> tuple[str, bool]:
+    """The worker's working directory, and whether it is ours to delete."""
+    if policy.workdir is not None:
+        os.makedirs(policy.workdir, exist_ok=True)
+        return policy.workdir, False
+    return tempfile.mkdtemp(prefix="stockade-"), True
+
+
+def _limit_address_space() -> bool:
+    """RLIMIT_AS is only the fallback for hosts where no cgroup layer bounds memory."""
+    return not any(name.startswith("cgroup") and s.available for name, s in isolation.probe().items())
+
+
+class WorkerProcess:
+    """One live worker process: its pipes, its cage, its exit."""
+
+    def __init__(
+        self,
+        policy: ResourcePolicy,
+        worker_id: str,
+        zygote: Zygote | None = None,
+        import_paths: tuple[str, ...] = (),
+        preload_refs: tuple[str, ...] = (),
+    ) -> None:
+        self.policy = policy
+        self.import_paths = import_paths
+        self.preload_refs = preload_refs
+        self.zygote = zygote
+        self.forked = False
+        """Whether the worker came from the zygote (rather than its own exec)."""
+        self._pid: int | None = None
+        self._popen: subprocess.Popen[bytes] | None = None
+        self.worker_id = worker_id
+        self.calls = 0
+        self.worker_cpu_s = 0.0
+        self.isolation: dict[str, str] = {}
+        self.workdir, self._own_workdir = "", False
+        self.cage = Cage(policy, worker_id)
+        """An empty cage until `start` creates the real one (its cgroups, its slot uid)."""
+        self.max_reply_bytes = policy.max_output_bytes + FRAME_OVERHEAD_BYTES
+        self.status: int | None = None
+        self.rusage: resource.struct_rusage | None = None
+        self._report: asyncio.Future[Exited | None] | None = None
+        """A forked worker's exit report from the zygote, its parent."""
+        self._closed = False
+
+    @property
+    def spawned(self) -> bool:
+        """Whether the process exists yet (it has a pid)."""
+        return self._pid is not None
+
+    @property
+    def pid(self) -> int:
+        assert self._pid is not None, "worker not spawned"
+        return self._pid
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.done()
+
+    def _config_json(self, request_fd: int, reply_fd: int) -> str:
+        config = WorkerConfig(
+            self.policy,
+            request_fd,
+            reply_fd,
+            self.workdir,
+            _limit_address_space(),
+            self.import_paths,
+            self.preload_refs,
+        )
+        return msgspec.json.encode(config).decode()
+
+    def _prepare(self) -> None:
+        """Make the workdir and the cage (blocking: cgroup directories take milliseconds to create)."""
+        self.workdir, self._own_workdir = _make_workdir(self.policy)
+        self.cage = Cage.create(self.policy, self.worker_id)
+
+    async def _prepare_off_loop(self) -> None:
+        prepared = asyncio.ensure_future(asyncio.to_thread(self._prepare))
+        try:
+            await asyncio.shield(prepared)
+        except asyncio.CancelledError:
+            # The thread finishes anyway: release what it made once it has.
+            prepared.add_done_callback(lambda _: self._release_resources())
+            raise
+        except BaseException:
+            self._release_resources()
+            raise
+
+    async def start(self) -> None:
+        """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
+        loop = asyncio.get_running_loop()
+        await self._prepare_off_loop()
+        (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        env = limits.worker_env(self.policy, self.workdir, self.cage.preexec_env())
+        try:
+            self._pid = await self._spawn([req_r, rep_w, out_w, err_w], env)
+        except BaseException:
+            for fd in (req_w, rep_r, out_r, err_r):
+                os.close(fd)
+            self._release_resources()
+            raise
+        finally:
+            for fd in (req_r, rep_w, out_w, err_w):
+                os.close(fd)
+        # Moving a process between cgroups waits for an RCU grace period (milliseconds): do it in
+        # a thread while the worker applies its own layers. No request is sent before it is done.
+        attach = asyncio.ensure_future(asyncio.to_thread(self.cage.attach, self.pid))
+        self.exited: asyncio.Future[int | None] = loop.create_future()
+        self._pidfd = os.pidfd_open(self.pid)
+        loop.add_reader(self._pidfd, self._on_exit)
+        try:
+            try:
+                await self._connect(loop, req_w, rep_r, out_r, err_r)
+            finally:
+                await attach
+            await self._handshake()
+        except asyncio.CancelledError:
+            self.kill_now()  # Nobody else knows this worker yet.
+            raise
+
+    async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
+        """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
+        if self.zygote is not None and self.zygote.alive:
+            try:
+                pid = await self.zygote.fork(self._fork_request(fds, env), fds)
+            except ZygoteError as exc:
+                log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
+            else:
+                self.forked = True
+                self._report = self.zygote.exit_report(pid)
+                return pid
+        return self._exec(fds, env)
+
+    def _fork_request(self, fds: list[int], env: dict[str, str]) -> ForkRequest:
+        config = self._config_json(fds[0], fds[1])
+        return ForkRequest(config=config, env=env, cwd=self.workdir, markers=_MARKERS)
+
+    def _exec(self, fds: list[int], env: dict[str, str]) -> int:
+        req_r, rep_w, out_w, err_w = fds
+        # -P: no script/cwd entry on sys.path (a tool could plant modules in its workdir); -s: no user site.
+        module = "stockade.sandbox.child.worker"
+        argv = [sys.executable, "-P", "-s", "-m", module, self._config_json(req_r, rep_w)]
+        self._popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            pass_fds=(req_r, rep_w),
+            start_new_session=True,
+            env=env,
+            cwd=self.workdir,
+        )
+        return self._popen.pid
+
+    async def _connect(
+        self, loop: asyncio.AbstractEventLoop, req_w: int, rep_r: int, out_r: int, err_r: int
+    ) -> None:
+        out, self.stdout = await loop.connect_read_pipe(
+            lambda: TailBuffer(STDOUT_TAIL_BYTES), os.fdopen(out_r, "rb", buffering=0)
+        )
+        err, self.stderr = await loop.connect_read_pipe(
+            lambda: TailBuffer(STDERR_TAIL_BYTES), os.fdopen(err_r, "rb", buffering=0)
+        )
+        self._reader = asyncio.StreamReader(limit=READ_LIMIT_BYTES)
+        rep, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(self._reader), os.fdopen(rep_r, "rb", buffering=0)
+        )
+        # StreamReaderProtocol brings the flow control that StreamWriter.drain() needs.
+        req, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(req_w, "wb", buffering=0)
+        )
+        self._writer = asyncio.StreamWriter(req, protocol, None, loop)
+        self._transports: list[asyncio.BaseTransport] = [out, err, rep, req]
+
+    def _reap(self) -> None:
+        """Collect the killed worker's exit, which its exit watcher (stopped at `close`) has not seen.
+
+        Its tree is dead or dying by now; a SIGKILLed process can take a moment to become reapable.
+        A forked worker's status is only known if the zygote's report has already come."""
+        if self._report is not None:
+            if self._report.done() and not self._report.cancelled():
+                self._take_report(self._report.result())
+            return
+        select.select([self._pidfd], [], [], EXIT_AFTER_EOF_S)
+        with contextlib.suppress(ChildProcessError):
+            pid, status, rusage = os.wait4(self.pid, os.WNOHANG)
+            if pid:
+                self.status, self.rusage = status, rusage
+
+    def _on_exit(self) -> None:
+        """The pidfd is readable: the worker has exited. Collect its status, or wait for the report."""
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self._pidfd)
+        if self._report is None:
+            self._collect_child()
+            return
+        # The zygote reaps the worker the moment it exits; the timer only bounds a zygote that died.
+        timer = loop.call_later(EXIT_REPORT_WAIT_S, self._report.cancel)
+        self._report.add_done_callback(lambda report: self._on_report(report, timer))
+
+    def _collect_child(self) -> None:
+        try:
+            _, status, self.rusage = os.wait4(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            status = None  # Reaped elsewhere; the status is lost.
+        if self._popen is not None:  # Popen must not think it still runs (it would warn).
+            self._popen.returncode = -signal.SIGKILL if status is None else os.waitstatus_to_exitcode(status)
+        self._exited(status)
+
+    def _on_report(self, report: asyncio.Future[Exited | None], timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        self._take_report(None if report.cancelled() else report.result())
+        self._exited(self.status)
+
+    def _take_report(self, report: Exited | None) -> None:
+        if report is not None:
+            self.status, self.rusage = report.status, report.rusage()
+
+    def _exited(self, status: int | None) -> None:
+        self.status = status
+        if not self.exited.done():
+            self.exited.set_result(status)
+
+    async def _handshake(self) -> None:
+        deadline = time.monotonic() + self.policy.startup_timeout_s
+        try:
+            message = await self.exchange(None, deadline)
+        except WorkerTimeout:
+            await self.kill(0.0)
+            raise WorkerStartError(
+                f"worker did not start within {self.policy.startup_timeout_s:g} s"
+            ) from None
+        except WorkerDied as exc:
+            await self.kill(0.0)
+            raise WorkerStartError(
+                f"worker died during start-up: {self.stderr.text()}", status=exc.status
+            ) from None
+        except WorkerProtocolError as exc:
+            await self.kill(0.0)
+            raise WorkerStartError(f"worker start-up failed: {exc}") from None
+        if (
+            isinstance(message, Refused)
+            or not isinstance(message, Ready)
+            or message.version != PROTOCOL_VERSION
+        ):
+            await self.kill(0.0)
+            text = message.message if isinstance(message, Refused) else f"bad handshake: {message!r}"
+            raise WorkerStartError(text, refused=isinstance(message, Refused))
+        self.isolation = message.isolation
+
+    async def _read_reply(self) -> FromWorker:
+        payload = await read_frame(self._reader, self.max_reply_bytes)
+        return decode_from_worker(payload)
+
+    async def exchange(self, request: ToWorker | None, deadline: float) -> FromWorker:
+        """Send `request` (if any) and wait for one reply until the monotonic `deadline`."""
+        read = asyncio.ensure_future(self._exchange(request))
+        try:
+            waited: set[asyncio.Future[Any]] = {read, self.exited}
+            done, _ = await asyncio.wait(
+                waited,
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when="FIRST_COMPLETED",
+            )
+        finally:
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(BaseException):
+                    await read
+        if read in done:
+            return await self._reply_of(read)
+        if self.exited.done():
+            raise WorkerDied(self.exited.result())
+        raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})")
+
+    async def _exchange(self, request: ToWorker | None) -> FromWorker:
+        if request is not None:
+            self._writer.write(frame(encode(request)))
+            await self._writer.drain()
+        return await self._read_reply()
+
+    async def _reply_of(self, read: asyncio.Future[FromWorker]) -> FromWorker:
+        try:
+            return read.result()
+        except (PeerClosed, BrokenPipeError, ConnectionResetError) as exc:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
+            if self.exited.done():
+                raise WorkerDied(self.exited.result()) from None
+            raise WorkerProtocolError(f"closed its pipe without a reply ({exc})") from None
+        except (FrameError, msgspec.DecodeError) as exc:
+            raise WorkerProtocolError(f"sent an invalid frame: {exc}") from None
+
+    async def stderr_tail(self) -> str:
+        """The last bytes the worker wrote to stderr, after giving the pipe a moment to drain."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.stderr.closed), PIPE_DRAIN_S)
+        return self.stderr.text().strip()
+
+    async def kill(self, grace_s: float) -> None:
+        """TERM, grace, KILL the whole tree (the cage finds escapees too), then release everything."""
+        await asyncio.to_thread(self.cage.kill_tree, self.pid, grace_s)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
+        if self._close_handles():
+            # Removing cgroups and the workdir takes milliseconds of syscalls: not on the event loop.
+            await asyncio.to_thread(self._release_resources)
+
+    def kill_now(self) -> None:
+        """Synchronous SIGKILL of the tree, for when the caller is being cancelled."""
+        self.cage.kill_tree(self.pid, 0.0)
+        self.close()
+
+    def close(self) -> None:
+        """Drop pipes, the pidfd, the cage and an owned workdir. Idempotent."""
+        if self._close_handles():
+            self._release_resources()
+
+    def _close_handles(self) -> bool:
+        """Drop pipes and the pidfd (reaping if need be); False if the worker was closed already."""
+        if self._closed:
+            return False
+        self._closed = True
+        for transport in getattr(self, "_transports", []):
+            transport.close()
+        if not self.exited.done():
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            self._reap()
+        os.close(self._pidfd)
+        if self.zygote is not None and self._report is not None:
+            self.zygote.forget(self.pid)
+        return True
+
+    def _release_resources(self) -> None:
+        self.cage.close()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

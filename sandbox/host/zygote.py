@@ -1,0 +1,199 @@
+"""The supervisor's handle on a zygote process (the process itself is `stockade.sandbox.child.zygote`).
+
+`Zygote` execs the zygote with a scrubbed environment, sends it `ForkRequest`s over a Unix socket,
+and resolves each caller from the zygote's replies: ready, forked or failed, and worker exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import msgspec
+from stockade.sandbox.wire.zygote import (
+    EXIT_WAIT_S,
+    FORK_TIMEOUT_S,
+    REPLY_BYTES,
+    SLACK_BYTES,
+    SLACK_ENV,
+    STARTUP_TIMEOUT_S,
+    TRUSTED_PRELOAD,
+    Exited,
+    Forked,
+    ForkFailed,
+    ForkRequest,
+    Reply,
+    ZygoteError,
+    ZygoteReady,
+)
+
+__all__ = ["Zygote"]
+
+log = logging.getLogger(__name__)
+
+_encoder = msgspec.msgpack.Encoder()
+_replies: msgspec.msgpack.Decoder[Reply] = msgspec.msgpack.Decoder(Reply)
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+class Zygote:
+    """The supervisor's handle on one zygote process.
+
+    A reader on the event loop takes every message the zygote sends and resolves whoever waits for
+    it: `start` (ready), `fork` (the reply with its `seq`), `exit_report` (a worker's exit)."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
+        self.env = {**env, SLACK_ENV: "x" * SLACK_BYTES}
+        self.preload = preload
+        self.pid = 0
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._seq = itertools.count(1)
+        self._ready: asyncio.Future[ZygoteReady] | None = None
+        self._forks: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
+        self._exits: dict[int, asyncio.Future[Exited | None]] = {}
+        """Per forked worker not yet forgotten: its exit report (None if the zygote went first)."""
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None and self._sock is not None
+
+    async def start(self) -> None:
+        """Exec the zygote and wait until its modules are imported; raises `ZygoteError`."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, "-P", "-s", "-m", "stockade.sandbox.child.zygote", str(theirs.fileno())]
+        argv.append(msgspec.json.encode(list(self.preload)).decode())
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                env=self.env,
+                cwd="/",
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock, self._loop = ours, asyncio.get_running_loop()
+        self._ready = self._loop.create_future()
+        self._loop.add_reader(ours.fileno(), self._on_readable)
+        try:
+            ready = await asyncio.wait_for(self._ready, STARTUP_TIMEOUT_S)
+        except BaseException as exc:
+            self.close()
+            if isinstance(exc, TimeoutError):
+                raise ZygoteError(f"zygote did not start within {STARTUP_TIMEOUT_S:g} s") from None
+            raise
+        self.pid = ready.pid
+        log.info("zygote_ready pid=%d preloaded=%s", ready.pid, ",".join(ready.preloaded))
+
+    def _on_readable(self) -> None:
+        """Take every message waiting on the socket; a closed socket or garbage ends the zygote."""
+        while self._sock is not None:
+            try:
+                data = self._sock.recv(REPLY_BYTES)
+                if not data:
+                    raise ZygoteError("zygote closed its socket")
+                self._dispatch(_replies.decode(data))
+            except BlockingIOError:
+                return
+            except (OSError, msgspec.DecodeError, ZygoteError) as exc:
+                log.warning("zygote_lost pid=%d error=%s", self.pid, exc)
+                self.close()
+
+    def _dispatch(self, message: Reply) -> None:
+        assert self._loop is not None
+        if isinstance(message, Exited):
+            report = self._exits.get(message.pid)
+            if report is not None and not report.done():
+                report.set_result(message)
+        elif isinstance(message, ZygoteReady):
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(message)
+        elif (waiter := self._forks.pop(message.seq, None)) is not None and not waiter.done():
+            if isinstance(message, Forked):  # Before any Exited of it: the zygote sends in order.
+                self._exits[message.pid] = self._loop.create_future()
+            waiter.set_result(message)
+        elif isinstance(message, Forked):
+            _kill(message.pid)  # Its caller was cancelled: nobody else knows this worker.
+
+    async def fork(self, request: ForkRequest, fds: list[int]) -> int:
+        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
+
+        Cancellation-safe: a worker forked for a cancelled caller is killed when its reply comes."""
+        if self._sock is None or self._loop is None:
+            raise ZygoteError("zygote is closed")
+        seq = next(self._seq)
+        waiter = self._forks[seq] = self._loop.create_future()
+        try:
+            message = _encoder.encode(msgspec.structs.replace(request, seq=seq))
+            socket.send_fds(self._sock, [message], fds)
+            reply = await asyncio.wait_for(waiter, FORK_TIMEOUT_S)
+        except TimeoutError:
+            self.close()
+            raise ZygoteError(f"zygote did not answer within {FORK_TIMEOUT_S:g} s") from None
+        except OSError as exc:
+            self.close()
+            raise ZygoteError(f"zygote unreachable: {exc}") from None
+        finally:
+            self._forks.pop(seq, None)
+        if isinstance(reply, Forked):
+            return reply.pid
+        raise ZygoteError(reply.message)
+
+    def exit_report(self, pid: int) -> asyncio.Future[Exited | None]:
+        """The future exit report of forked worker `pid` (None if the zygote is gone first)."""
+        report = self._exits.get(pid)
+        if report is None:
+            report = asyncio.get_running_loop().create_future()
+            report.set_result(None)
+        return report
+
+    def forget(self, pid: int) -> None:
+        """Stop tracking the exit of worker `pid` (its handle is closed)."""
+        self._exits.pop(pid, None)
+
+    def close(self) -> None:
+        """Close the socket (the zygote exits at EOF at once), reap it, settle every waiter.
+
+        Idempotent. Synchronous on purpose: a close cut short by cancellation would leave a zombie."""
+        if self._sock is not None:
+            if self._loop is not None:
+                self._loop.remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+        self._settle_waiters()
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def _settle_waiters(self) -> None:
+        """Fail pending starts and forks; report the workers' exits as unknown."""
+        for waiter in (self._ready, *self._forks.values()):
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(ZygoteError("zygote closed"))
+        for report in self._exits.values():
+            if not report.done():
+                report.set_result(None)
+        self._forks.clear()
+        self._exits.clear()

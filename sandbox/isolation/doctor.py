@@ -1,0 +1,30 @@
+"""`stockade doctor`: which isolation layers work on this host, and why the others do not.
+
+`doctor_report()` returns one `LayerStatus` per layer, in the order the layers apply;
+`format_table()` renders them for humans (the CLI prints it, or the statuses as JSON with `--json`).
+"""
+
+from __future__ import annotations
+
+from stockade.sandbox.isolation.cage import LAYERS, LayerStatus, probe
+
+__all__ = ["doctor_report", "format_table"]
+
+
+def doctor_report() -> list[LayerStatus]:
+    """Every known layer with its availability on this host (after STOCKADE_DISABLE_LAYERS)."""
+    statuses = probe()
+    return [statuses.get(name, LayerStatus(name, False, "not probed")) for name in LAYERS]
+
+
+def format_table(statuses: list[LayerStatus]) -> str:
+    """A two-column text table: layer name, then "on (detail)" or "unavailable: reason"."""
+    width = max((len(s.name) for s in statuses), default=0)
+    lines = []
+    for status in statuses:
+        if status.available:
+            state = f"on ({status.reason})" if status.reason else "on"
+        else:
+            state = f"unavailable: {status.reason}"
+        lines.append(f"{status.name.ljust(width)}  {state}")
+    return "\n".join(lines)

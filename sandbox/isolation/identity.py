@@ -1,0 +1,100 @@
+"""Worker identity: a distinct unprivileged uid per live worker, and the drop to it.
+
+A root worker can signal and ptrace the supervisor and read root-owned secrets; dropping all caps
+but keeping uid 0 still lets it signal the supervisor. So workers run as a *slot uid*: one uid per
+live cage of this supervisor (61000 + n), which also keeps RLIMIT_NPROC accounting and signals
+separate between concurrent workers. The workdir (and `writable_paths`) are chowned to the slot uid.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from collections.abc import Iterable
+
+from stockade.sandbox.isolation import syscalls
+
+__all__ = ["NOBODY_UID", "allocate_uid", "drop_to", "release_uid", "traversable_by_others"]
+
+SLOT_UID_BASE = 61000
+SLOT_UID_COUNT = 4000
+NOBODY_UID = 65534
+
+_lock = threading.Lock()
+_in_use: set[int] = set()
+_shared: dict[tuple[str, ...], tuple[int, int]] = {}
+"""Slot uids of workers that share writable paths: paths -> (uid, number of live holders)."""
+
+
+def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
+    """The lowest slot uid no live cage of this process holds.
+
+    Workers that write to the same explicit paths (a configured workdir, `writable_paths`) share one
+    uid: each worker chowns those paths to its uid, so two uids would lock each other out.
+    """
+    with _lock:
+        if shared_paths in _shared:
+            uid, holders = _shared[shared_paths]
+            _shared[shared_paths] = (uid, holders + 1)
+            return uid
+        for uid in range(SLOT_UID_BASE, SLOT_UID_BASE + SLOT_UID_COUNT):
+            if uid not in _in_use:
+                _in_use.add(uid)
+                if shared_paths:
+                    _shared[shared_paths] = (uid, 1)
+                return uid
+    raise OSError(errno.EAGAIN, "all slot uids are in use")
+
+
+def release_uid(uid: int) -> None:
+    """Free `uid` once its last holder releases it."""
+    with _lock:
+        for paths, (shared_uid, holders) in list(_shared.items()):
+            if shared_uid == uid:
+                if holders > 1:
+                    _shared[paths] = (uid, holders - 1)
+                    return
+                del _shared[paths]
+        _in_use.discard(uid)
+
+
+def traversable_by_others(path: str) -> bool:
+    """Whether a non-owner, non-group uid can reach `path` (every ancestor has o+x)."""
+    current = os.path.abspath(path)
+    while True:
+        try:
+            if not os.stat(current).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        parent = os.path.dirname(current)
+        if parent == current:
+            return True
+        current = parent
+
+
+def _chown_tree(root: str, uid: int) -> None:
+    """Give `root` and everything beneath it to `uid` without following symlinks."""
+    os.lchown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def drop_to(uid: int, owned_paths: Iterable[str]) -> str:
+    """chown `owned_paths` to `uid`, then drop every group, gid and uid to it (irreversibly)."""
+    for path in owned_paths:
+        if os.path.exists(path):
+            _chown_tree(path, uid)
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    # Changing uid makes the process non-dumpable, which would hide /proc/self from the worker itself.
+    syscalls.prctl(syscalls.PR_SET_DUMPABLE, 1)
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return f"uid {uid}"
+    raise OSError(errno.EPERM, "uid drop is reversible")

@@ -1,0 +1,132 @@
+"""Kill a worker's whole process tree, including grandchildren that left its process group.
+
+With a cgroup every member is found through `cgroup.procs` (and killed by `cgroup.kill` on v2).
+Without one the tree is found as psutil descendants of the worker (the worker is a child
+subreaper then, so double-forked daemons stay its descendants) plus every process that carries
+the worker's marker (`tree.MARKER_ENV`) in its environment. Each kill is TERM (+CONT, so a stopped
+process can act on it), a grace period, then SIGKILL until nothing is left, bounded by `KILL_TIMEOUT_S`.
+
+"Nothing is left" means really dead: a member once seen counts as alive until it is a zombie or
+gone. A killed process is still tearing down for a moment (running, or in disk sleep), and by then
+its environment already reads empty, so the marker scan alone would lose sight of it too early.
+Reaping is not done here: the tree's members are children of the zygote or of init (or of the
+caller, for the root), never orphans of the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import psutil
+from stockade.sandbox.isolation.cgroup import WorkerCgroup
+from stockade.sandbox.isolation.tree import MARKER_ENV
+
+__all__ = ["FALLBACK_METHOD", "KILL_TIMEOUT_S", "kill_tree"]
+
+log = logging.getLogger(__name__)
+
+FALLBACK_METHOD = "killpg + psutil walk + subreaper + environment marker (best effort)"
+KILL_TIMEOUT_S = 2.0
+"""Longest time SIGKILL may take to empty the tree; past it the leak is logged and we return."""
+POLL_S = 0.005
+
+
+def _alive(proc: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return proc.status() != psutil.STATUS_ZOMBIE
+    return False
+
+
+def _descendants(root_pid: int) -> set[int]:
+    try:
+        root = psutil.Process(root_pid)
+        return {root_pid, *(p.pid for p in root.children(recursive=True))}
+    except psutil.Error:
+        return set()
+
+
+def _marked(marker: str) -> set[int]:
+    """Processes whose environment carries the worker's marker (readable for our own uid or as root)."""
+    found = set()
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(MARKER_ENV) == marker:
+                found.add(proc.pid)
+    return found
+
+
+def _members(root_pid: int, cgroup: WorkerCgroup | None, marker: str) -> set[int]:
+    """Live members of the tree: cgroup members (or marked processes) and the root's descendants."""
+    found = _descendants(root_pid)
+    found |= cgroup.pids() if cgroup is not None else _marked(marker)
+    found.discard(os.getpid())
+    return {pid for pid in found if _alive_pid(pid)}
+
+
+def _alive_pid(pid: int) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return _alive(psutil.Process(pid))
+    return False
+
+
+def _send(pids: set[int], root_pid: int, sig: int) -> None:
+    if psutil.pid_exists(root_pid):  # unreaped, so its pid (and process group id) is not reused
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(root_pid, sig)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _wait_empty(
+    members: Callable[[], set[int]], timeout_s: float, on_poll: Callable[[set[int]], None]
+) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = members()
+        if not alive:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        on_poll(alive)
+        time.sleep(POLL_S)
+
+
+def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker: str) -> bool:
+    """TERM, grace, KILL every member of the tree; True once none is left (False: leak, logged)."""
+    seen: set[int] = set()
+
+    def members() -> set[int]:
+        found = _members(root_pid, cgroup, marker) | {pid for pid in seen if _alive_pid(pid)}
+        seen.update(found)
+        return found
+
+    return _term_then_kill(root_pid, grace_s, cgroup, members)
+
+
+def _term_then_kill(
+    root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, members: Callable[[], set[int]]
+) -> bool:
+    if grace_s > 0:
+        first = members()
+        _send(first, root_pid, signal.SIGTERM)
+        _send(first, root_pid, signal.SIGCONT)
+        if _wait_empty(members, grace_s, lambda _alive: None):
+            return True
+    if cgroup is not None:
+        cgroup.kill_all(KILL_TIMEOUT_S)
+
+    def kill(alive: set[int]) -> None:
+        _send(alive, root_pid, signal.SIGCONT)
+        _send(alive, root_pid, signal.SIGKILL)
+
+    kill(members())
+    if _wait_empty(members, KILL_TIMEOUT_S, kill):
+        return True
+    log.warning("tree_kill_leak root=%d survivors=%s", root_pid, sorted(members()))
+    return False

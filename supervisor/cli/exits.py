@@ -1,0 +1,26 @@
+"""The `stockade` command's exit codes, and the error that means bad usage."""
+
+from __future__ import annotations
+
+from stockade.supervisor.errors import SupervisorError
+
+__all__ = [
+    "EXIT_API_ERROR",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_NO_API_KEY",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "UsageError",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NO_API_KEY = 3
+EXIT_API_ERROR = 4
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(SupervisorError):
+    """The user asked for something impossible; the message says what (exit code 2)."""

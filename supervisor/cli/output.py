@@ -1,0 +1,157 @@
+"""What the CLI prints: effective policies, call outcomes and per-call lines, for humans or as JSON.
+
+Every function here returns text (or a JSON-ready value); the `cli*` modules print it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from stockade.sandbox.outcome import ToolOutcome, Usage
+from stockade.supervisor.config.policy import PolicyConfig, policy_as_toml
+
+__all__ = [
+    "call_json",
+    "call_line",
+    "check_json",
+    "check_table",
+    "field_of",
+    "format_usage",
+    "outcome_json",
+    "outcome_text",
+    "table",
+    "to_json_line",
+]
+
+_MIB = 1 << 20
+
+
+def field_of(obj: object, key: str) -> Any:
+    """A field of an event or record, whether it is a dict, a Struct or an SDK model."""
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def to_json_line(value: object) -> str:
+    """One compact JSON document on one line."""
+    return msgspec.json.encode(value).decode()
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain left-aligned text table with a header rule."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(str(cell).ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(row) for row in rows)])
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(value) if value else "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def check_table(config: PolicyConfig) -> str:
+    """The effective policy of `[defaults]` and of every named tool, one column each."""
+    names = config.tool_names()
+    columns = [policy_as_toml(config.defaults), *(policy_as_toml(config.policy_for(n)) for n in names)]
+    confirms = [config.confirm_default, *(config.require_confirmation(n) for n in names)]
+    rows = [[key, *(_cell(col[key]) for col in columns)] for key in columns[0]]
+    rows.append(["require_confirmation", *(_cell(c) for c in confirms)])
+    refs = ", ".join(config.tool_refs) or "(none; pass --tools)"
+    body = table(["field", "defaults", *names], rows)
+    return f"policy file: {config.source}\ntool references: {refs}\n\n{body}"
+
+
+def _policy_json(config: PolicyConfig, name: str | None) -> dict[str, Any]:
+    policy = config.defaults if name is None else config.policy_for(name)
+    confirm = config.confirm_default if name is None else config.require_confirmation(name)
+    return {**msgspec.to_builtins(policy), "require_confirmation": confirm}
+
+
+def check_json(config: PolicyConfig) -> dict[str, Any]:
+    """The effective policies as JSON-ready data (ResourcePolicy field names, units in the names)."""
+    return {
+        "source": config.source,
+        "tool_refs": list(config.tool_refs),
+        "run": msgspec.to_builtins(config.run),
+        "defaults": _policy_json(config, None),
+        "tools": {name: _policy_json(config, name) for name in config.tool_names()},
+        "commands": config.commands,
+    }
+
+
+def format_usage(usage: Usage) -> str:
+    """`0.12 s wall, 0.05 s cpu, 14.2 MiB peak` (peak omitted when unknown)."""
+    text = f"{usage.wall_s:.2f} s wall, {usage.cpu_s:.2f} s cpu"
+    return text + (f", {usage.max_rss_bytes / _MIB:.1f} MiB peak" if usage.max_rss_bytes else "")
+
+
+def outcome_json(outcome: ToolOutcome) -> dict[str, Any]:
+    """The `call --json` document: content, is_error, outcome and usage, exactly."""
+    return {
+        "content": outcome.content(),
+        "is_error": outcome.is_error,
+        "outcome": outcome.kind,
+        "usage": msgspec.to_builtins(outcome.usage),
+    }
+
+
+def _block_text(block: dict[str, Any]) -> str:
+    if block.get("type") == "text":
+        return str(block.get("text", ""))
+    return json.dumps(block)
+
+
+def outcome_text(outcome: ToolOutcome) -> str:
+    """The call's content for a human, then one status line."""
+    body = "\n".join(_block_text(block) for block in outcome.content())
+    status = f"[{outcome.kind}{', error' if outcome.is_error else ''}] {format_usage(outcome.usage)}"
+    return f"{body}\n{status}" if body else status
+
+
+def call_json(record: object) -> dict[str, Any]:
+    """One handled call as JSON-ready data: what ran, how it ended, whether its result was posted."""
+    outcome = field_of(record, "outcome")
+    if outcome is not None:
+        kind = outcome.kind
+    elif field_of(record, "confirmation") == "deny":
+        kind = "denied"
+    else:
+        kind = "not_run"
+    usage: Usage = outcome.usage if outcome is not None else Usage()
+    return {
+        "tool_use_id": field_of(record, "tool_use_id"),
+        "name": field_of(record, "name"),
+        "outcome": kind,
+        "is_error": bool(field_of(record, "is_error")),
+        "posted": bool(field_of(record, "posted")),
+        "confirmation": field_of(record, "confirmation"),
+        "executed": bool(field_of(record, "executed")),
+        "usage": msgspec.to_builtins(usage),
+    }
+
+
+_NOT_RUN_TEXT = {
+    "denied": "denied, not run",
+    "not_run": "not ours, left to its owner",
+}
+
+
+def call_line(call: dict[str, Any]) -> str:
+    """One human line for a handled call (from `call_json`)."""
+    kind = call["outcome"]
+    name = f"{call['name']:<14} {kind:<10}"
+    if kind in _NOT_RUN_TEXT:
+        return f"{name} {_NOT_RUN_TEXT[kind]}  {call['tool_use_id']}"
+    usage = call["usage"]
+    peak = f"{usage['max_rss_bytes'] / _MIB:6.1f} MiB" if usage["max_rss_bytes"] else "     - MiB"
+    posted = "posted" if call["posted"] else "NOT posted"
+    confirmed = " (confirmed)" if call["confirmation"] == "allow" else ""
+    return f"{name} {usage['wall_s']:6.2f} s  {peak}  {posted}{confirmed}  {call['tool_use_id']}"

@@ -1,0 +1,259 @@
+"""Serving one work item: claim its lease, run a `SessionRunner` for its session, then stop the item.
+
+The item's calls use its own sessions token (the `secret`), falling back to the environment key. The
+runner gets its own sandbox (own workers, own workdir, a share of the global worker cap) and a client
+whose requests are **fenced** by the lease: once the lease is lost nothing more reaches the API for
+this item (a pending result post is refused locally), because another worker may be serving it now.
+
+How a served item ends:
+- the session ends (terminated or idle stop) → the item is force-stopped;
+- lease lost (412 / 404 on a heartbeat) → the runner is aborted (its workers killed at once), requests
+  fenced, the item left alone;
+- lease shutdown (`lease_extended: false`) → the runner is aborted and the item stopped;
+- drain (SIGTERM) → running calls get `drain_grace_s` to finish and post, then the run is aborted and
+  the item stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
+import msgspec
+from stockade.sandbox import CallRequest, Sandbox, ToolOutcome
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.supervisor.config.policy import PolicyConfig
+from stockade.supervisor.environments.lease import Lease, cancel_and_wait
+from stockade.supervisor.runner.facade import SessionRunner
+from stockade.supervisor.runner.records import RunEnd
+
+__all__ = ["ItemSettings", "ServedItem", "sessions_token"]
+
+# After an abort the runner stops its tools (kill, no grace) and posts; fenced posts fail at once, so
+# this only bounds a runner that misbehaves. Shorter than the lease TTL the item is stopped within.
+RUNNER_STOP_TIMEOUT_S = 30.0
+# How often a draining item checks whether its running calls finished.
+DRAIN_CHECK_INTERVAL_S = 0.05
+STOP_REQUEST_TIMEOUT_S = 10.0
+STOP_MAX_RETRIES = 5
+_FENCED_BODY = {"type": "error", "error": {"type": "lease_lost_error", "message": "the work lease was lost"}}
+# 410 Gone is a permanent refusal for the runner (no retry, no substitute result).
+_FENCED_STATUS = 410
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ItemSettings:
+    """What every served item shares: the API, the tools and policies, and the limits."""
+
+    environment_id: str
+    environment_key: str
+    base_url: str | None
+    tool_refs: tuple[str, ...]
+    config: PolicyConfig
+    workdir_root: Path
+    workers_per_session: int | None
+    max_idle_s: float | None
+    max_concurrent_calls: int | None
+    drain_grace_s: float
+
+
+def sessions_token(secret: str | None) -> str | None:
+    """The `sessions_token` in a work item's `secret` (URL-safe base64 of JSON), or None."""
+    if not secret:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(secret + "=" * (-len(secret) % 4)))
+    except (binascii.Error, ValueError):
+        log.warning("work_secret_unreadable")
+        return None
+    token = data.get("sessions_token") if isinstance(data, dict) else None
+    return token if isinstance(token, str) and token else None
+
+
+class _FencedTransport(httpx.AsyncBaseTransport):
+    """Passes requests on until `fence` is set; then refuses them locally with a permanent error."""
+
+    def __init__(self, fence: asyncio.Event) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._fence = fence
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._fence.is_set():
+            log.info("request_fenced method=%s path=%s", request.method, request.url.path)
+            return httpx.Response(_FENCED_STATUS, json=_FENCED_BODY, request=request)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _CountingSandbox(Sandbox):
+    """A sandbox that knows how many calls are running (a draining item waits for them)."""
+
+    busy = 0
+
+    async def run(self, request: CallRequest, thread: str | None = None) -> ToolOutcome:
+        self.busy += 1
+        try:
+            return await super().run(request, thread)
+        finally:
+            self.busy -= 1
+
+
+class ServedItem:
+    """Serves one acked work item to its end; `serve()` never raises for the item's own failures."""
+
+    def __init__(self, settings: ItemSettings, item: Any, env_client: anthropic.AsyncAnthropic) -> None:
+        self._settings = settings
+        self.work_id: str = item.id
+        self.session_id: str = item.data.id
+        self._env_client = env_client
+        self._fence = asyncio.Event()
+        token = sessions_token(item.secret) or settings.environment_key
+        self._client = anthropic.AsyncAnthropic(
+            api_key=token,
+            base_url=settings.base_url,
+            http_client=httpx.AsyncClient(transport=_FencedTransport(self._fence)),
+        )
+        self._lease = Lease(self._client, settings.environment_id, self.work_id)
+        self._workdir = settings.workdir_root / self.work_id
+
+    async def serve(self, drain: asyncio.Event) -> None:
+        """Claim, run, and end the item (see the module docstring)."""
+        log.info("item_start work_id=%s session_id=%s", self.work_id, self.session_id)
+        try:
+            if not await self._lease.claim():
+                log.warning("item_not_claimed work_id=%s end=%s", self.work_id, self._lease.end)
+                return
+            heartbeats = asyncio.create_task(self._lease.keep(), name=f"heartbeat-{self.work_id}")
+            try:
+                await self._run_session(drain)
+                if self._lease.end == "lost":
+                    self._fence.set()
+                else:
+                    await self._stop_item()
+            finally:
+                await cancel_and_wait(heartbeats)
+        finally:
+            self._fence.set()
+            await self._client.close()
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            log.info("item_done work_id=%s lease_end=%s", self.work_id, self._lease.end)
+
+    async def _run_session(self, drain: asyncio.Event) -> None:
+        settings = self._settings
+        sandbox = _CountingSandbox(
+            policies=self._policies(settings.config.tools),
+            default=self._policy(settings.config.defaults),
+            max_workers=settings.workers_per_session,
+        )
+        async with sandbox:
+            runner = self._runner(sandbox)
+            run = asyncio.create_task(runner.until_done(), name=f"runner-{self.work_id}")
+            ended = asyncio.create_task(self._lease.ended.wait())
+            draining = asyncio.create_task(drain.wait())
+            try:
+                await asyncio.wait({run, ended, draining}, return_when=asyncio.FIRST_COMPLETED)
+                if not run.done():
+                    await self._end_run(runner, run, sandbox)
+            finally:
+                ended.cancel()
+                draining.cancel()
+            self._log_end(run)
+
+    async def _end_run(
+        self, runner: SessionRunner, run: asyncio.Task[RunEnd], sandbox: _CountingSandbox
+    ) -> None:
+        """Abort the run: at once when the lease ended, after the running calls when draining."""
+        if self._lease.end is None:
+            await self._wait_for_calls(sandbox, run)
+        if self._lease.end == "lost":
+            self._fence.set()
+        runner.abort()
+        await asyncio.wait({run}, timeout=RUNNER_STOP_TIMEOUT_S)
+        if not run.done():
+            log.error("runner_stop_timeout work_id=%s", self.work_id)
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+
+    async def _wait_for_calls(self, sandbox: _CountingSandbox, run: asyncio.Task[RunEnd]) -> None:
+        """While draining: wait up to the grace for running calls (and their posts) to finish."""
+        log.info("item_draining work_id=%s running_calls=%d", self.work_id, sandbox.busy)
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + self._settings.drain_grace_s
+        # Once no worker is busy the abort stops nothing: it only waits for the posts in flight.
+        while loop.time() < deadline_s and not run.done() and self._lease.end is None:
+            if sandbox.busy == 0:
+                return
+            await asyncio.sleep(DRAIN_CHECK_INTERVAL_S)
+
+    def _runner(self, sandbox: Sandbox) -> SessionRunner:
+        config = self._settings.config
+        return SessionRunner(
+            client=self._client,
+            session_id=self.session_id,
+            tools=list(self._settings.tool_refs),
+            policies=sandbox.policies,
+            default_policy=sandbox.default,
+            require_confirmation=frozenset(n for n in config.tool_names() if config.require_confirmation(n)),
+            sandbox=sandbox,
+            max_idle=self._settings.max_idle_s,
+            max_concurrent_calls=self._settings.max_concurrent_calls,
+            on_call=self._on_call,
+        )
+
+    def _on_call(self, record: Any) -> None:
+        log.info("item_call work_id=%s tool=%s posted=%s", self.work_id, record.name, record.posted)
+
+    def _policy(self, policy: ResourcePolicy) -> ResourcePolicy:
+        """`policy` with this session's own workdir."""
+        return msgspec.structs.replace(policy, workdir=str(self._workdir))
+
+    def _policies(self, policies: Mapping[str, ResourcePolicy]) -> dict[str, ResourcePolicy]:
+        return {name: self._policy(policy) for name, policy in policies.items()}
+
+    def _log_end(self, run: asyncio.Task[RunEnd]) -> None:
+        if run.cancelled():
+            log.error("item_run_cancelled work_id=%s", self.work_id)
+        elif (exc := run.exception()) is not None:
+            log.error("item_run_failed work_id=%s error=%r", self.work_id, exc)
+        else:
+            log.info("item_run_end work_id=%s reason=%s", self.work_id, run.result().reason)
+
+    async def _stop_item(self) -> None:
+        """Force-stop the item with its token; 409 = already stopped; 401 → the environment key."""
+        work = self._client.with_options(max_retries=STOP_MAX_RETRIES).beta.environments.work
+        try:
+            await self._stop_with(work, force=True)
+        except anthropic.AuthenticationError:
+            env_work = self._env_client.with_options(max_retries=STOP_MAX_RETRIES).beta.environments.work
+            try:
+                await self._stop_with(env_work, force=False)
+            except anthropic.APIError as exc:
+                log.error("item_stop_failed work_id=%s error=%r", self.work_id, exc)
+        except anthropic.APIError as exc:
+            log.error("item_stop_failed work_id=%s error=%r", self.work_id, exc)
+
+    async def _stop_with(self, work: Any, *, force: bool) -> None:
+        try:
+            await work.stop(
+                self.work_id,
+                environment_id=self._settings.environment_id,
+                force=force,
+                timeout=STOP_REQUEST_TIMEOUT_S,
+            )
+            log.info("item_stopped work_id=%s force=%s", self.work_id, force)
+        except anthropic.ConflictError:
+            log.info("item_already_stopped work_id=%s", self.work_id)
