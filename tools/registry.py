@@ -17,7 +17,7 @@ from typing import Any
 
 from stockade.tools.base import Tool, ToolContext, ToolError, run_sync_or_async
 
-__all__ = ["SdkTool", "ToolLoadError", "as_tool", "load_tools"]
+__all__ = ["SdkTool", "ToolLoadError", "as_tool", "load_tools", "split_ref"]
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,17 @@ def as_tool(value: object) -> Tool | None:
     return None
 
 
-def load_tools(ref: str) -> list[Tool]:
-    """Import the tools that `ref` ("module:attr") names."""
+def split_ref(ref: str) -> tuple[str, str]:
+    """The module and attribute of a tool reference; `ToolLoadError` unless it reads MODULE:ATTR."""
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise ToolLoadError(f"tool reference {ref!r} is not of the form MODULE:ATTR")
+    return module_name, attr
+
+
+def load_tools(ref: str) -> list[Tool]:
+    """Import the tools that `ref` ("module:attr") names."""
+    module_name, attr = split_ref(ref)
     value = getattr(_import(module_name, ref), attr, _MISSING)
     if value is _MISSING:
         raise ToolLoadError(f"tool reference {ref!r}: module {module_name!r} has no attribute {attr!r}")

@@ -44,6 +44,8 @@ from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.outcome import TimedOut, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import SupervisorError
+from stockade.supervisor.runner.calls import OUTER_DEADLINE_MARGIN_S, outer_deadline_s
+from stockade.tools.registry import ToolLoadError, split_ref
 
 __all__ = [
     "AsyncSandboxedTool",
@@ -57,9 +59,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-OUTER_MARGIN_S = 5.0
-"""Slack of the adapter's own deadline over the sandbox's (startup + wall + grace), so that the sandbox
-always reports its own TimedOut first; the adapter's deadline only fires if the sandbox itself hangs."""
 LOOP_THREAD_JOIN_S = 10.0
 """How long closing waits for the background event-loop thread to finish after its loop stops."""
 CLOSE_TIMEOUT_S = 30.0
@@ -107,8 +106,7 @@ class _Backend:
 
     def outer_deadline_s(self, name: str) -> float:
         """The adapter's own bound on one call of `name`: longer than every deadline the sandbox keeps."""
-        policy = self.sandbox.policy_for(name)
-        return policy.startup_timeout_s + policy.wall_timeout_s + policy.grace_s + OUTER_MARGIN_S
+        return outer_deadline_s(self.sandbox.policy_for(name))
 
 
 def _result(outcome: ToolOutcome) -> BetaFunctionToolResultType:
@@ -222,7 +220,7 @@ class Sandboxed:
         self._loop, self._thread = loop, thread
         try:
             # Opening starts a worker and imports the tools in it: bounded by the startup timeout.
-            backend = _wait(self._open(), loop, self._default.startup_timeout_s + OUTER_MARGIN_S)
+            backend = _wait(self._open(), loop, self._default.startup_timeout_s + OUTER_DEADLINE_MARGIN_S)
         except BaseException:
             self._stop_loop()
             raise
@@ -261,8 +259,10 @@ def _wait(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop, timeout
 def _ref_of(item: str | object) -> str:
     """The `"module:attr"` reference a worker imports to get `item`."""
     if isinstance(item, str):
-        if not item.partition(":")[2]:
-            raise SandboxedToolsError(f"tool reference {item!r} is not of the form MODULE:ATTR")
+        try:
+            split_ref(item)
+        except ToolLoadError as exc:
+            raise SandboxedToolsError(str(exc)) from None
         return item
     func = getattr(item, "fn", None) or getattr(item, "func", None)
     module_name = getattr(func, "__module__", None) or type(item).__module__

@@ -111,10 +111,13 @@ def _parse_input(text: str) -> dict[str, Any]:
 
 def check_refs(refs: Sequence[str]) -> list[str]:
     """`refs` if each has the form MODULE:ATTR, else a UsageError naming the bad one."""
-    for ref in refs:
-        module, _, attr = ref.partition(":")
-        if not module or not attr:
-            raise UsageError(f"tool reference {ref!r} is not of the form MODULE:ATTR")
+    from stockade.tools.registry import ToolLoadError, split_ref
+
+    try:
+        for ref in refs:
+            split_ref(ref)
+    except ToolLoadError as exc:
+        raise UsageError(str(exc)) from None
     return list(refs)
 
 

@@ -21,6 +21,7 @@ from httpx_sse import SSEError, connect_sse
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_INTERRUPTED, EXIT_NO_API_KEY, EXIT_OK
 from stockade.supervisor.config.policy import ApiSettings
 from stockade.supervisor.errors import SupervisorError
+from stockade.supervisor.runner.defaults import HISTORY_PAGE_LIMIT
 from stockade.supervisor.runner.retry import backoff_s, jitter_s
 
 __all__ = ["cmd_tail", "follow", "format_event"]
@@ -28,7 +29,6 @@ __all__ = ["cmd_tail", "follow", "format_event"]
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 BETA = "managed-agents-2026-04-01"
 API_VERSION = "2023-06-01"
-HISTORY_PAGE_LIMIT = 1000
 READ_TIMEOUT_S = 120.0
 """A stream that sends nothing, not even a keepalive, for this long is dropped and reopened."""
 RECONNECT_CAP_S = 10.0

@@ -23,6 +23,8 @@ from typing import Annotated, Any
 import msgspec
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import SupervisorError
+from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S
+from stockade.tools.registry import ToolLoadError, split_ref
 
 __all__ = [
     "COMMAND_TOOLS_REF",
@@ -43,7 +45,6 @@ DEFAULT_POLICY_FILE = "stockade.toml"
 COMMAND_TOOLS_REF = "stockade.tools.command:from_env"
 UNLIMITED = "unlimited"
 # The SDK runner's default: stop after a minute of the session idling with nothing to do.
-DEFAULT_MAX_IDLE_S = 60.0
 
 _SIZE_UNITS_BYTES = {
     "b": 1,
@@ -264,8 +265,11 @@ def _parse_run(source: str, raw: object) -> RunSettings:
 def _tool_refs(value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(ref, str) for ref in value):
         raise _Invalid
-    if not all(all(part for part in ref.partition(":")[::2]) for ref in value):
-        raise _Invalid
+    try:
+        for ref in value:
+            split_ref(ref)
+    except ToolLoadError:
+        raise _Invalid from None
     return tuple(value)
 
 

@@ -15,14 +15,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stockade.sandbox.outcome import ToolOutcome
+from stockade.sandbox.policy import ResourcePolicy
 
-__all__ = ["RunningCall", "RunningCalls", "ToolEnd"]
+__all__ = ["OUTER_DEADLINE_MARGIN_S", "RunningCall", "RunningCalls", "ToolEnd", "outer_deadline_s"]
+
+# The sandbox enforces each call's wall timeout itself (and reports TimedOut with usage); this outer
+# deadline only backs it up, so it is longer than the worker's start, the call and the kill's grace.
+OUTER_DEADLINE_MARGIN_S = 5.0
 
 ToolEnd = ToolOutcome | Literal["stopped", "timed_out"] | Exception
 """How a sandbox call ended: its outcome, stopped by the supervisor, past the outer deadline, or the
 sandbox's own error (it could not run the call at all)."""
 
 log = logging.getLogger(__name__)
+
+
+def outer_deadline_s(policy: ResourcePolicy) -> float:
+    """The supervisor's own bound on one call under `policy`: past every deadline the sandbox keeps,
+    so the sandbox always reports its own `TimedOut` first and this fires only if the sandbox hangs."""
+    return policy.startup_timeout_s + policy.wall_timeout_s + policy.grace_s + OUTER_DEADLINE_MARGIN_S
 
 
 @dataclass

@@ -24,6 +24,7 @@ from typing import Any
 import anthropic
 from stockade.sandbox import Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
 from stockade.supervisor.runner.journal import Journal
 from stockade.supervisor.runner.loop import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
 from stockade.supervisor.runner.post import SendFn
@@ -33,8 +34,6 @@ from stockade.supervisor.runner.stream import SessionReader
 
 __all__ = ["DEFAULT_MAX_IDLE_S", "DEFAULT_STREAM_SILENCE_S", "SessionRunner"]
 
-DEFAULT_MAX_IDLE_S = 60.0
-DEFAULT_STREAM_SILENCE_S = 120.0
 """Longer than several keepalive intervals of the server (which sends one at least every 30 s), far
 shorter than the client's 600 s read timeout that the SDK's runner waits out on a stalled stream."""
 # Marks the runner's requests like the SDK's own runner does (API spec §2).

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import ReconnectLimitExceeded
-from stockade.supervisor.runner.calls import RunningCall, RunningCalls, ToolEnd
+from stockade.supervisor.runner.calls import RunningCall, RunningCalls, ToolEnd, outer_deadline_s
 from stockade.supervisor.runner.gate import Decision, NextCalls, confirmation_of, decide
 from stockade.supervisor.runner.journal import Journal, Recovery
 from stockade.supervisor.runner.post import ResultPoster, SendFn
@@ -39,9 +39,6 @@ __all__ = ["DRAIN_TIMEOUT_S", "STOPPED_TOOL_TIMEOUT_S", "LoopConfig", "SessionLo
 
 STREAM_BACKOFF_START_S = 0.5
 STREAM_BACKOFF_CAP_S = 10.0
-# The sandbox enforces each call's wall timeout itself (and reports TimedOut with usage); this outer
-# deadline only backs it up, so it is longer than the worker's start, the call and the kill's grace.
-OUTER_DEADLINE_MARGIN_S = 5.0
 # After an abort: how long running tools may take to stop, and posts to drain (rule M3).
 STOPPED_TOOL_TIMEOUT_S = 150.0
 DRAIN_TIMEOUT_S = 30.0
@@ -329,9 +326,7 @@ class SessionLoop:
 
     async def _execute(self, event: dict[str, Any], info: ToolInfo, running: RunningCall) -> ToolEnd:
         policy = self._config.policies.get(info.name, self._config.default_policy)
-        deadline_s = (
-            policy.startup_timeout_s + policy.wall_timeout_s + policy.grace_s + OUTER_DEADLINE_MARGIN_S
-        )
+        deadline_s = outer_deadline_s(policy)
         raw_input = event.get("input")
         request = CallRequest(
             call_id=str(event["id"]),

@@ -17,12 +17,11 @@ from typing import Any, cast
 
 import anthropic
 import httpx2  # the transport of anthropic 2.x
+from stockade.supervisor.runner.defaults import HISTORY_PAGE_LIMIT
 from stockade.supervisor.runner.retry import NonJSONResponse, request_timeout_s
 from stockade.supervisor.runner.view import Event
 
 __all__ = ["HISTORY_PAGE_LIMIT", "Connection", "SessionReader", "event_dict"]
-
-HISTORY_PAGE_LIMIT = 1000
 
 
 def event_dict(event: object) -> dict[str, Any]:
