@@ -150,7 +150,9 @@ class Worker:
             except ToolLoadError as exc:
                 return Described(tools=[], error=str(exc))
             infos += [ToolInfo(t.name, t.description, t.input_schema, ref) for t in tools.values()]
-        return Described(tools=infos)
+        # Read only to decide what the zygote preloads: a lying worker can at most get `anthropic`
+        # imported in the zygote, from the installed environment.
+        return Described(tools=infos, sdk="anthropic" in sys.modules)
 
     def _enter_call(self, request: RunTool) -> None:
         os.chdir(request.workdir)

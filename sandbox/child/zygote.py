@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib
+import importlib.util
 import os
 import resource
 import select
 import signal
 import socket
 import sys
+import sysconfig
 import traceback
 from pathlib import Path
 
@@ -54,6 +57,8 @@ _ENV_START_FIELD = 47
 """Index of `env_start` (field 50 of /proc/<pid>/stat) among the fields after the command name."""
 _ENV_END_FIELD = 48
 
+_PRELOAD_TRIED: set[str] = set()
+"""Modules a fork request asked to preload, imported or not: each is tried once."""
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
 
@@ -129,6 +134,40 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
         os._exit(code)
 
 
+def _installed_roots() -> tuple[str, ...]:
+    """Where trusted modules live: the standard library and the environment's site-packages."""
+    paths = sysconfig.get_paths()
+    keys = ("stdlib", "platstdlib", "purelib", "platlib")
+    return tuple({os.path.realpath(paths[key]) + os.sep for key in keys})
+
+
+def _from_installed(name: str) -> bool:
+    """Whether module `name` (and each package above it) would load from the installed environment,
+    never from a folder a tool may write to. Imports the parents of a dotted name, checked first."""
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = importlib.util.find_spec(".".join(parts[:depth]))
+        if spec is None:
+            return False
+        origin = spec.origin or next(iter(spec.submodule_search_locations or ()), None)
+        if origin is None or not os.path.realpath(origin).startswith(_installed_roots()):
+            return False
+    return True
+
+
+def _preload(modules: tuple[str, ...], tried: set[str]) -> None:
+    """Import each of `modules` not tried before, if it comes from the installed environment."""
+    for name in modules:
+        if name in tried:
+            continue
+        tried.add(name)
+        try:
+            if _from_installed(name):
+                importlib.import_module(name)
+        except Exception:  # A failed preload only costs the workers their own import.
+            traceback.print_exc()
+
+
 def _fork(request: ForkRequest, fds: list[int]) -> int:
     """Fork the worker as our child; returns its pid."""
     pid = os.fork()
@@ -148,6 +187,7 @@ def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
         seq = request.seq
         if len(fds) != FDS_PER_FORK:
             raise ValueError(f"expected {FDS_PER_FORK} fds, got {len(fds)}")
+        _preload(request.preload, _PRELOAD_TRIED)
         pid = _fork(request, fds)
         workers.add(pid)
         reply: Forked | ForkFailed = Forked(seq=seq, pid=pid)
@@ -225,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     args = sys.argv[1:] if argv is None else argv
     sock_fd, modules = int(args[0]), msgspec.json.decode(args[1], type=list[str])
-    for name in (*WORKER_MODULES, *modules):
+    for name in (*WORKER_MODULES, *(m for m in modules if m.startswith("stockade."))):
         __import__(name)
+    _preload(tuple(m for m in modules if not m.startswith("stockade.")), _PRELOAD_TRIED)
     tree.become_subreaper()  # Orphans of tools come to us, not to the supervisor.
     sock = socket.socket(fileno=sock_fd)
     sock.send(_encoder.encode(ZygoteReady(pid=os.getpid(), preloaded=[*WORKER_MODULES, *modules])))

@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 ThreadKey = tuple[ResourcePolicy, str]
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
+SDK_PRELOAD = ("anthropic",)
+"""Preloaded in the zygote once a described reference turns out to import the SDK (its tools are
+`beta_tool`s): a worker then forks with it imported instead of paying ~1.3 s of CPU for it."""
 PRIMARY_THREAD = ""
 """The pin key of a session's primary thread, whose calls carry no thread id."""
 
@@ -91,10 +94,13 @@ class Sandbox:
         max_workers: int | None = None,
         zygote: bool = True,
         preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
+        preload: Sequence[str] = (),
         import_paths: Sequence[str] | None = None,
     ) -> None:
         """`import_paths`: folders workers may import tool modules from (default: the folders on this
-        process's own `sys.path`, the current directory for `python -m`, outside the interpreter)."""
+        process's own `sys.path`, the current directory for `python -m`, outside the interpreter).
+        `preload`: installed modules the zygote imports once for every worker (only ones that load from
+        the standard library or site-packages are imported: never a tool module or a writable folder)."""
         self.policies = dict(policies or {})
         self.import_paths = tuple(default_import_paths() if import_paths is None else import_paths)
         self.default = default if default is not None else ResourcePolicy()
@@ -119,7 +125,7 @@ class Sandbox:
         # No subreaper here: the zygote is the forked workers' parent and reaps their orphans, so
         # nothing a tool leaves behind becomes a zombie of this (long-running) process.
         self._use_zygote = zygote
-        self._preload = preload_modules
+        self._preload = (*preload_modules, *preload)
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
 
@@ -407,6 +413,8 @@ class Sandbox:
             raise ToolLoadFailed(reply.error)
         for info in reply.tools:
             self._note_ref(self.policy_for(info.name), info.ref)
+        if reply.sdk and self._zygote is not None:
+            self._zygote.want(SDK_PRELOAD)
         return reply.tools
 
     async def end_thread(self, thread: str | None) -> None:

@@ -56,6 +56,8 @@ class Zygote:
     def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
         self.env = {**env, SLACK_ENV: "x" * SLACK_BYTES}
         self.preload = preload
+        self.wanted: tuple[str, ...] = ()
+        """Modules to import in the zygote at its next fork (`want`)."""
         self.pid = 0
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -132,6 +134,10 @@ class Zygote:
         elif isinstance(message, Forked):
             _kill(message.pid)  # Its caller was cancelled: nobody else knows this worker.
 
+    def want(self, modules: tuple[str, ...]) -> None:
+        """Have the zygote import `modules` (installed, trusted) before its next fork."""
+        self.wanted = (*self.wanted, *(name for name in modules if name not in self.wanted))
+
     async def fork(self, request: ForkRequest, fds: list[int]) -> int:
         """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
 
@@ -141,7 +147,7 @@ class Zygote:
         seq = next(self._seq)
         waiter = self._forks[seq] = self._loop.create_future()
         try:
-            message = _encoder.encode(msgspec.structs.replace(request, seq=seq))
+            message = _encoder.encode(msgspec.structs.replace(request, seq=seq, preload=self.wanted))
             socket.send_fds(self._sock, [message], fds)
             reply = await asyncio.wait_for(waiter, FORK_TIMEOUT_S)
         except TimeoutError:

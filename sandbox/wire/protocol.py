@@ -150,6 +150,8 @@ class Described(_Message, frozen=True, tag="described"):
 
     tools: list[ToolInfo]
     error: str | None = None
+    sdk: bool = False
+    """The references import the `anthropic` SDK (its tools are `beta_tool`s): worth preloading."""
 
 
 ToWorker = RunTool | DescribeTools | Shutdown

@@ -69,6 +69,9 @@ class ForkRequest(_ControlMessage, frozen=True, tag="fork"):
     """Variables that must show in /proc/<pid>/environ even if the whole environment does not fit."""
     seq: int = 0
     """Numbers the request so its reply can be matched to it (set by `Zygote.fork`)."""
+    preload: tuple[str, ...] = ()
+    """Installed modules the zygote imports in itself before this fork (once; already imported ones
+    cost nothing), so this and every later worker shares them (set by `Zygote.fork`)."""
 
 
 class ZygoteReady(_ControlMessage, frozen=True, tag="zygote_ready"):

@@ -144,6 +144,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     tools: tuple[str, ...] = ()
     max_idle_s: Annotated[float, msgspec.Meta(ge=0)] | None = DEFAULT_MAX_IDLE_S
     max_concurrent_calls: Annotated[int, msgspec.Meta(ge=1)] | None = 1
+    preload: tuple[str, ...] = ()
+    """Installed modules imported once in the sandbox's zygote and shared by every worker."""
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -262,6 +264,14 @@ def _parse_run(source: str, raw: object) -> RunSettings:
     return RunSettings(**fields)
 
 
+def _module_names(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise _Invalid
+    if not all(name and all(part.isidentifier() for part in name.split(".")) for name in value):
+        raise _Invalid
+    return tuple(value)
+
+
 def _tool_refs(value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(ref, str) for ref in value):
         raise _Invalid
@@ -277,6 +287,7 @@ _RUN_FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "tools": ("tools", _tool_refs, 'a list of tool references "MODULE:ATTR"'),
     "max_idle": ("max_idle_s", _or_unlimited(_duration), _DURATION + ' or "unlimited"'),
     "max_concurrent_calls": ("max_concurrent_calls", _or_unlimited(_count), 'an integer >= 1 or "unlimited"'),
+    "preload": ("preload", _module_names, 'a list of installed module names such as "numpy"'),
 }
 
 

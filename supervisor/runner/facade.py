@@ -63,6 +63,7 @@ class SessionRunner:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         state_dir: str | os.PathLike[str] | None = None,
         stream_silence_s: float = DEFAULT_STREAM_SILENCE_S,
+        preload: Sequence[str] = (),
     ) -> None:
         """
         Args:
@@ -83,6 +84,8 @@ class SessionRunner:
             after a crash posts the saved results instead of running those calls again; `None` = no journal.
           stream_silence_s: a stream that sends nothing (no event, no keepalive) for this long is
             stalled: it is dropped and the runner reconnects.
+          preload: installed modules (never tool modules) imported once in the sandbox's zygote and
+            shared by every worker it forks (`anthropic` is added once a tool turns out to need it).
         """
         if max_concurrent_calls is not None and max_concurrent_calls < 1:
             raise ValueError(
@@ -102,6 +105,7 @@ class SessionRunner:
         self._on_event = on_event
         self.state_dir = state_dir
         self.stream_silence_s = stream_silence_s
+        self.preload = tuple(preload)
         self._abort_requested = threading.Event()
         self._abort: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -190,7 +194,9 @@ class SessionRunner:
         if self._sandbox is not None:
             yield self._sandbox
             return
-        async with Sandbox(policies=self.policies, default=self.default_policy) as sandbox:
+        async with Sandbox(
+            policies=self.policies, default=self.default_policy, preload=self.preload
+        ) as sandbox:
             yield sandbox
 
     @contextlib.asynccontextmanager
