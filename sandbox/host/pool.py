@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 from stockade.sandbox.errors import SandboxError
+from stockade.sandbox.host.cpuwatch import CpuWatch
 from stockade.sandbox.host.importpath import default_import_paths
 from stockade.sandbox.host.outcomes import (
     call_usage,
@@ -347,7 +348,8 @@ class Sandbox:
         worker.calls += 1
         worker.cage.reset_peak()
         try:
-            reply = await worker.exchange(message, started + policy.wall_timeout_s)
+            with CpuWatch(worker):
+                reply = await worker.exchange(message, started + policy.wall_timeout_s)
         except asyncio.CancelledError:
             self._forget(worker)
             worker.kill_now()

@@ -412,6 +412,10 @@ class WorkerProcess:
             # Removing cgroups and the workdir takes milliseconds of syscalls: not on the event loop.
             await asyncio.to_thread(self._release_resources)
 
+    def send_signal(self, signum: int) -> None:
+        """Send `signum` to the worker itself through its pidfd (never to a reused pid)."""
+        signal.pidfd_send_signal(self._pidfd, signum)
+
     def kill_now(self) -> None:
         """Synchronous SIGKILL of the tree, for when the caller is being cancelled."""
         self.cage.kill_tree(self.pid, 0.0)

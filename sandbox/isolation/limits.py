@@ -20,6 +20,7 @@ __all__ = [
     "BASE_ENV_ALLOWLIST",
     "CPU_HARD_MARGIN_S",
     "apply_rlimits",
+    "lifetime_cpu_s",
     "set_call_cpu_budget",
     "truncate_blocks",
     "warm_cpu_exhausted",
@@ -31,10 +32,8 @@ BASE_ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "TZ")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 CPU_HARD_MARGIN_S = 1
-"""RLIMIT_CPU hard = soft + this: SIGXCPU at the soft limit, SIGKILL a second later if ignored."""
-WARM_CPU_RESERVE_FRACTION = 0.8
-"""A warm worker is retired once it has used this share of the margin: the hard limit cannot be
-raised again (no CAP_SYS_RESOURCE), so later calls would get less than their full CPU budget."""
+"""Past a call's CPU budget (SIGXCPU at the soft limit), the supervisor kills the tree this much later
+if the tool ignored the signal."""
 
 
 def _limit(kind: int, value: int) -> None:
@@ -52,8 +51,10 @@ def apply_rlimits(policy: ResourcePolicy, limit_address_space: bool) -> None:
     """
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     if policy.cpu_s is not None:
-        soft = math.ceil(policy.cpu_s)
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + CPU_HARD_MARGIN_S))
+        _, current = resource.getrlimit(resource.RLIMIT_CPU)
+        hard = lifetime_cpu_s(policy)
+        hard = hard if current == resource.RLIM_INFINITY else min(hard, current)
+        resource.setrlimit(resource.RLIMIT_CPU, (min(math.ceil(policy.cpu_s), hard), hard))
     if policy.max_open_files is not None:
         _limit(resource.RLIMIT_NOFILE, policy.max_open_files)
     if policy.max_file_size_bytes is not None:
@@ -81,9 +82,20 @@ def set_call_cpu_budget(policy: ResourcePolicy) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def lifetime_cpu_s(policy: ResourcePolicy) -> int:
+    """The hard RLIMIT_CPU of a worker: every call's full budget plus its margin, for the worker's whole
+    life (import included). Only a backstop: each call is held to its own budget by the soft limit
+    re-armed per call (`set_call_cpu_budget`) and by the supervisor, which kills a tree that goes
+    `CPU_HARD_MARGIN_S` past it (a hard limit, once lowered, can never be raised again)."""
+    assert policy.cpu_s is not None
+    return (math.ceil(policy.cpu_s) + CPU_HARD_MARGIN_S) * (policy.max_calls_per_worker + 1)
+
+
 def warm_cpu_exhausted(policy: ResourcePolicy, worker_cpu_s: float) -> bool:
     """Whether a worker that used `worker_cpu_s` of CPU can no longer give a call its full budget."""
-    return policy.cpu_s is not None and worker_cpu_s >= CPU_HARD_MARGIN_S * WARM_CPU_RESERVE_FRACTION
+    if policy.cpu_s is None:
+        return False
+    return worker_cpu_s + math.ceil(policy.cpu_s) + CPU_HARD_MARGIN_S >= lifetime_cpu_s(policy)
 
 
 def worker_env(
