@@ -11,7 +11,9 @@ pool, stockade with a fresh forked process per call, and two naive alternatives 
 the emulator, from the tool-use event's `processed_at` to the arrival of its result post.
 
 The tools live in `bench_tools.py`, a tool module as small as a user's would be (`bench_tools:TOOLS`):
-each fresh worker imports it, and this script's own imports are not what is measured.
+each fresh worker imports it, and this script's own imports are not what is measured. `--toolset sdk`
+uses the same tools written with `anthropic.beta_tool` (`bench_tools_sdk.py`, which imports
+`anthropic`), `--toolset heavy` a module importing a heavy standard-library set (`bench_tools_heavy.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from typing import Any
 from bench_tools import echo, echo_fn, spin_fn
 from stockade.tools.base import ToolContext
 
-REF = "bench_tools:TOOLS"
+TOOLSETS = {"light": "bench_tools", "sdk": "bench_tools_sdk", "heavy": "bench_tools_heavy"}
+TOOL_MODULE = "bench_tools"
+"""The module the measured tools come from (`--toolset`)."""
+REF = f"{TOOL_MODULE}:TOOLS"
+PIPE_CALLS = 2000
 SCRIPTS_DIR = Path(__file__).resolve().parent
 IN_PROCESS_CALLS = 2000
 WARM_CALLS = 300
@@ -77,6 +83,38 @@ def bench_in_process() -> float:
     return statistics.median(samples)
 
 
+PIPE_CHILD = (
+    "import msgspec\n"
+    "from stockade.sandbox.wire.framing import read_frame_blocking, write_frame_blocking\n"
+    "while True:\n"
+    "    message = msgspec.msgpack.decode(read_frame_blocking(0))\n"
+    "    write_frame_blocking(1, msgspec.msgpack.encode(message))\n"
+)
+
+
+async def bench_bare_pipe() -> float:
+    """Median round trip of one msgspec message through a child that echoes it over its pipes, with
+    the framing and the asyncio streams the sandbox uses: the floor of a warm call's round trip."""
+    import msgspec
+    from stockade.sandbox.wire.framing import frame, read_frame
+
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PIPE_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert child.stdin is not None and child.stdout is not None
+    message = {"call_id": "b", "name": "echo", "ref": REF, "input": {"text": "hi"}}
+    samples = []
+    for _ in range(PIPE_CALLS):
+        started = time.perf_counter()
+        child.stdin.write(frame(msgspec.msgpack.encode(message)))
+        await child.stdin.drain()
+        msgspec.msgpack.decode(await read_frame(child.stdout))
+        samples.append(time.perf_counter() - started)
+    child.kill()
+    await child.wait()
+    return statistics.median(samples)
+
+
 async def _timed_calls(sandbox: Any, count: int, name: str = "echo") -> list[float]:
     from stockade.sandbox import CallRequest
 
@@ -95,6 +133,7 @@ async def _with_sandbox(policy: Any, body: Callable[[Any], Awaitable[float]]) ->
     from stockade.sandbox import Sandbox
 
     async with Sandbox(default=policy) as sandbox:
+        await sandbox.describe([REF])  # As the runner does first (and so learns what to preload).
         await _timed_calls(sandbox, 1)  # Warm-up: the first worker's start-up is not the subject.
         return await body(sandbox)
 
@@ -137,9 +176,12 @@ def _policies() -> dict[str, Any]:
 def run_sandbox_bench() -> None:
     policies = _policies()
     baseline = bench_in_process()
+    pipe = asyncio.run(bench_bare_pipe())
+    warm = asyncio.run(bench_pool(policies["warm"], WARM_CALLS))
     rows = [
         ("in-process call (baseline)", baseline),
-        ("warm worker round trip", asyncio.run(bench_pool(policies["warm"], WARM_CALLS))),
+        ("bare msgspec pipe round trip", pipe),
+        ("warm worker round trip", warm),
         (
             "fresh forked process per call (pool_size=0)",
             asyncio.run(bench_pool(policies["fresh"], FRESH_CALLS)),
@@ -156,12 +198,13 @@ def run_sandbox_bench() -> None:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; medians; ratio to the in-process call")
     for label, seconds in rows:
         print(f"{label:<52} {seconds * 1e6:>10.1f} µs {seconds / baseline:>10.1f}x")
+    print(f"warm round trip / bare pipe round trip: {warm / pipe:.2f}x (target <= 3x)")
 
 
 # Sessions against the emulator
 
 NAIVE_CHILD = (
-    "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_tools as t; "
+    "import importlib, json, sys; sys.path.insert(0, sys.argv[1]); t = importlib.import_module(sys.argv[4]); "
     "f = {'echo': t.echo_fn, 'spin': t.spin_fn}[sys.argv[2]]; print(f(**json.loads(sys.argv[3])))"
 )
 
@@ -191,7 +234,15 @@ def _sdk_tools(mode: str, pool: Any) -> list[Any]:
         if mode == "sdk":
             return echo_fn(**kwargs) if name == "echo" else spin_fn(**kwargs)
         if mode == "subprocess":
-            argv = [sys.executable, "-c", NAIVE_CHILD, str(SCRIPTS_DIR), name, json.dumps(kwargs)]
+            argv = [
+                sys.executable,
+                "-c",
+                NAIVE_CHILD,
+                str(SCRIPTS_DIR),
+                name,
+                json.dumps(kwargs),
+                TOOL_MODULE,
+            ]
             done = await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True, check=True)
             return done.stdout.strip()
         fn = echo_fn if name == "echo" else spin_fn
@@ -436,12 +487,21 @@ def run_profile(mode: str, calls: int) -> None:
     print(f"{MODES[mode]}: {calls / measure.span_s:.1f} calls/s, {cpu_s / calls * 1e3:.2f} ms CPU per call")
 
 
+def _use_toolset(name: str) -> None:
+    global TOOL_MODULE, REF
+    TOOL_MODULE = TOOLSETS[name]
+    REF = f"{TOOL_MODULE}:TOOLS"
+    print(f"toolset: {name} ({REF})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=["sandbox", "session", "all", "profile"])
     parser.add_argument("--mode", choices=list(MODES), default="warm", help="profile: the mode to profile")
     parser.add_argument("--calls", type=int, default=200, help="profile: calls in the session")
+    parser.add_argument("--toolset", choices=list(TOOLSETS), default="light", help="the tool module measured")
     args = parser.parse_args()
+    _use_toolset(args.toolset)
     if args.suite in ("sandbox", "all"):
         run_sandbox_bench()
     if args.suite in ("session", "all"):
