@@ -173,10 +173,16 @@ class SessionRunner:
         client = _async_client(self._client).with_options(default_headers=HELPER_HEADERS)
         try:
             async with self._open_sandbox() as sandbox, self._open_journal() as journal:
-                config = await self._config(sandbox, journal)
+                reader = SessionReader(client, self.session_id, self.stream_silence_s)
+                reader.prefetch()  # The connection opens while a worker describes the tools.
+                try:
+                    config = await self._config(sandbox, journal)
+                except BaseException:
+                    await reader.discard_prefetch()
+                    raise
                 loop = SessionLoop(
                     config,
-                    reader=SessionReader(client, self.session_id, self.stream_silence_s),
+                    reader=reader,
                     send=_sender(client, self.session_id),
                     sandbox=sandbox,
                     emit=lambda record: self._emit(record, sink),

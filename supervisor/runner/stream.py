@@ -58,9 +58,29 @@ class SessionReader:
         self._client = client
         self.session_id = session_id
         self._silence_s = silence_s
+        self._first: asyncio.Task[Connection] | None = None
+
+    def prefetch(self) -> None:
+        """Start opening the first connection now, so that it overlaps the run's other start-up work
+        (describing the tools in a worker); the next `open` returns it."""
+        self._first = asyncio.ensure_future(self._open(0))
+
+    async def discard_prefetch(self) -> None:
+        """Cancel a prefetched connection nobody will read (the run failed to start), closing it."""
+        first, self._first = self._first, None
+        if first is None:
+            return
+        first.cancel()
+        done = await asyncio.gather(first, return_exceptions=True)
+        if isinstance(done[0], Connection):
+            await done[0].close()
 
     async def open(self, attempt: int) -> Connection:
         """Stream, then status, then all history; each read bounded by `request_timeout_s(attempt)`."""
+        first, self._first = self._first, None
+        return await (first if first is not None else self._open(attempt))
+
+    async def _open(self, attempt: int) -> Connection:
         timeout_s = request_timeout_s(attempt)
         events = self._client.beta.sessions.events
         # The opening is bounded by the attempt's timeout. Once open, a stream may go without events

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import anthropic
@@ -158,3 +159,15 @@ def test_on_event_fires_once_per_live_event_not_for_history(emulator: Emulator) 
     types = [e["type"] for e in out.events]
     assert types.count("agent.message") == 1
     assert [e["id"] for e in out.events if e["type"] == "agent.message"] == ["ev_live"]
+
+
+def test_the_stream_opens_while_the_tools_are_still_being_described(emulator: Emulator) -> None:
+    # Cold start overlaps: the first connection (stream, status, history) does not wait for a worker
+    # to import the tool modules. Without the overlap the stream opens after the 1.5 s import.
+    started = time.time()
+    call = {"tool_use": "ready", "id": "tu_1", "input": {}}
+    scenario = {"steps": [call, {"wait": "all", "timeout_s": 10}, END]}
+    outcome = run_scenario(emulator, scenario, tools=["sv_slow_import:ready"])
+    assert [r.tool_use_id for r in outcome.records] == ["tu_1"] and outcome.records[0].posted
+    stream = emulator.requests(outcome.sid, "stream")[0]
+    assert stream.time - started < 1.0, stream.time - started
