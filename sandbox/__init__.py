@@ -14,7 +14,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stockade.sandbox.host.pool import CallRequest, Sandbox, ToolLoadFailed, run_call_sync
+    from stockade.sandbox.host.pool import (
+        CallRequest,
+        Sandbox,
+        SharedZygote,
+        ToolLoadFailed,
+        run_call_sync,
+        zygote_env,
+    )
     from stockade.sandbox.outcome import Completed, Crashed, Failed, OverLimit, TimedOut, ToolOutcome, Usage
     from stockade.sandbox.policy import ResourcePolicy
     from stockade.sandbox.wire.protocol import ToolInfo
@@ -27,16 +34,21 @@ __all__ = [
     "OverLimit",
     "ResourcePolicy",
     "Sandbox",
+    "SharedZygote",
     "TimedOut",
     "ToolInfo",
     "ToolLoadFailed",
     "ToolOutcome",
     "Usage",
     "run_call_sync",
+    "zygote_env",
 ]
 
 _HOMES = {
-    **dict.fromkeys(("CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"), "host.pool"),
+    **dict.fromkeys(
+        ("CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"),
+        "host.pool",
+    ),
     **dict.fromkeys(
         ("Completed", "Crashed", "Failed", "OverLimit", "TimedOut", "ToolOutcome", "Usage"), "outcome"
     ),

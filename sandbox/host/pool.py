@@ -40,7 +40,7 @@ from stockade.sandbox.host.worker import (
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.host.zygote import Zygote
+from stockade.sandbox.host.zygote import SharedZygote, Zygote
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.outcome import Completed, Failed, ToolOutcome
@@ -57,7 +57,7 @@ from stockade.sandbox.wire.protocol import (
 from stockade.sandbox.wire.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
 from stockade.tools.registry import ToolLoadError
 
-__all__ = ["CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"]
+__all__ = ["CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"]
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class Sandbox:
         default: ResourcePolicy | None = None,
         *,
         max_workers: int | None = None,
-        zygote: bool = True,
+        zygote: bool | SharedZygote = True,
         preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
         preload: Sequence[str] = (),
         import_paths: Sequence[str] | None = None,
@@ -125,7 +125,8 @@ class Sandbox:
         self._closed = False
         # No subreaper here: the zygote is the forked workers' parent and reaps their orphans, so
         # nothing a tool leaves behind becomes a zombie of this (long-running) process.
-        self._use_zygote = zygote
+        self._use_zygote = zygote is not False
+        self._shared_zygote = zygote if isinstance(zygote, SharedZygote) else None
         self._preload = (*preload_modules, *preload)
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
@@ -188,6 +189,13 @@ class Sandbox:
                 await self._change.wait()
         return None
 
+    async def _start_zygote(self) -> Zygote:
+        if self._shared_zygote is not None:
+            return await self._shared_zygote.get()
+        zygote = Zygote(zygote_env(self.marker), self._preload)
+        await zygote.start()
+        return zygote
+
     async def _ensure_zygote(self) -> Zygote | None:
         """The running zygote, started on first use; None (exec'd workers) if it cannot start."""
         async with self._zygote_lock:
@@ -195,10 +203,8 @@ class Sandbox:
                 return None
             if self._zygote is not None and self._zygote.alive:
                 return self._zygote
-            env = limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: self.marker})
-            self._zygote = Zygote(env, self._preload)
             try:
-                await self._zygote.start()
+                self._zygote = await self._start_zygote()
             except ZygoteError as exc:
                 log.warning("zygote_unavailable error=%s", exc)
                 self._use_zygote = False
@@ -436,10 +442,15 @@ class Sandbox:
             # Before the zygote closes: it reports the killed workers' exits and reaps their orphans.
             await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         finally:
-            if self._zygote is not None:  # Synchronous: a cancelled close cannot skip it.
-                self._zygote.close()
+            if self._zygote is not None and self._shared_zygote is None:
+                self._zygote.close()  # Synchronous: a cancelled close cannot skip it.
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
+
+
+def zygote_env(marker: str) -> dict[str, str]:
+    """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
+    return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})
 
 
 def run_call_sync(

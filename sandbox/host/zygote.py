@@ -203,3 +203,31 @@ class Zygote:
                 report.set_result(None)
         self._forks.clear()
         self._exits.clear()
+
+
+class SharedZygote:
+    """One zygote for several sandboxes (`stockade serve`: one sandbox per session), so that its start
+    and its preloaded libraries are paid once. Each sandbox still has its own workers, workdirs, uids
+    and sweeps; only the forking parent is shared. Started on first use, restarted if it died."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
+        self._env = env
+        self._preload = preload
+        self._zygote: Zygote | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> Zygote:
+        """The running zygote; raises `ZygoteError` if it cannot start."""
+        self._lock = self._lock or asyncio.Lock()
+        async with self._lock:
+            if self._zygote is None or not self._zygote.alive:
+                zygote = Zygote(self._env, self._preload)
+                await zygote.start()
+                self._zygote = zygote
+            return self._zygote
+
+    def close(self) -> None:
+        """Close the zygote (after every sandbox using it has closed). Idempotent."""
+        zygote, self._zygote = self._zygote, None
+        if zygote is not None:
+            zygote.close()

@@ -30,7 +30,7 @@ from typing import Any
 import anthropic
 import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
 import msgspec
-from stockade.sandbox import CallRequest, Sandbox, ToolOutcome
+from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.config.policy import PolicyConfig
 from stockade.supervisor.environments.lease import Lease, cancel_and_wait
@@ -115,8 +115,15 @@ class _CountingSandbox(Sandbox):
 class ServedItem:
     """Serves one acked work item to its end; `serve()` never raises for the item's own failures."""
 
-    def __init__(self, settings: ItemSettings, item: Any, env_client: anthropic.AsyncAnthropic) -> None:
+    def __init__(
+        self,
+        settings: ItemSettings,
+        item: Any,
+        env_client: anthropic.AsyncAnthropic,
+        zygote: SharedZygote | None = None,
+    ) -> None:
         self._settings = settings
+        self._zygote = zygote
         self.work_id: str = item.id
         self.session_id: str = item.data.id
         self._env_client = env_client
@@ -158,6 +165,7 @@ class ServedItem:
             policies=self._policies(settings.config.tools),
             default=self._policy(settings.config.defaults),
             max_workers=settings.workers_per_session,
+            zygote=self._zygote if self._zygote is not None else True,
         )
         async with sandbox:
             runner = self._runner(sandbox)

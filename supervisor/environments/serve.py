@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import anthropic
+from stockade.sandbox import SharedZygote, zygote_env
 from stockade.supervisor.environments.item import ItemSettings, ServedItem
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, backoff_s, is_permanent, jitter_s
 
@@ -58,6 +59,9 @@ class WorkServer:
         )
         self._items: set[asyncio.Task[None]] = set()
         self._failures = 0
+        # One zygote for every session served: its start and preloaded libraries are paid once, while
+        # each session keeps its own sandbox (workers, workdirs, uids).
+        self._zygote = SharedZygote(zygote_env(f"serve-{self.worker_id}"))
 
     async def serve(self, drain: asyncio.Event) -> None:
         """Serve items until `drain` is set, then let the running ones finish."""
@@ -71,10 +75,11 @@ class WorkServer:
                 if item is None:
                     slots.release()
                     continue
-                self._start(ServedItem(self._settings, item, self._client), drain, slots)
+                self._start(ServedItem(self._settings, item, self._client, self._zygote), drain, slots)
         finally:
             log.info("serve_draining running_items=%d", len(self._items))
             await asyncio.gather(*self._items, return_exceptions=True)
+            self._zygote.close()
             await self._client.close()
             log.info("serve_end environment_id=%s", self._settings.environment_id)
 

@@ -96,6 +96,8 @@ def test_sessions_served_once_each(emu: Emulator, tmp_path: Path, processes: int
         ends = [_stop(p) for p in procs]
     for code, err in ends:
         assert code == 0, err
+        # One zygote per serve process, shared by the sessions it served (each with its own sandbox).
+        assert err.count("zygote_ready") == 1, err
     for item, sid in zip(items, sids, strict=True):
         results = _results(emu, sid)
         assert len(results) == 1, results
