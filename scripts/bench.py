@@ -491,6 +491,10 @@ def _use_toolset(name: str) -> None:
     global TOOL_MODULE, REF
     TOOL_MODULE = TOOLSETS[name]
     REF = f"{TOOL_MODULE}:TOOLS"
+    if name != "light":
+        # An interpreter per call that imports the SDK (or a heavy set) takes seconds a call: the
+        # naive subprocess mode would outlast the session timeout and says nothing new.
+        MODES.pop("subprocess")
     print(f"toolset: {name} ({REF})")
 
 
