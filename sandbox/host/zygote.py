@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import msgspec
 from stockade.sandbox.wire.zygote import (
@@ -58,6 +59,10 @@ class Zygote:
         self.preload = preload
         self.wanted: tuple[str, ...] = ()
         """Modules to import in the zygote at its next fork (`want`)."""
+        self._asked: tuple[str, ...] = ()
+        """The `wanted` modules some fork request carried already (the zygote imported them then)."""
+        self._importing_until = 0.0
+        """While the zygote may still be importing new preloads (monotonic): forks queue behind it."""
         self.pid = 0
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -149,10 +154,16 @@ class Zygote:
         try:
             message = _encoder.encode(msgspec.structs.replace(request, seq=seq, preload=self.wanted))
             socket.send_fds(self._sock, [message], fds)
-            reply = await asyncio.wait_for(waiter, FORK_TIMEOUT_S)
+            # A fork that first imports new preloads may take as long as the zygote's own start, and
+            # the forks queued behind it as long again.
+            now = time.monotonic()
+            if self.wanted != self._asked:
+                self._asked, self._importing_until = self.wanted, now + STARTUP_TIMEOUT_S
+            timeout_s = FORK_TIMEOUT_S + max(0.0, self._importing_until - now)
+            reply = await asyncio.wait_for(waiter, timeout_s)
         except TimeoutError:
             self.close()
-            raise ZygoteError(f"zygote did not answer within {FORK_TIMEOUT_S:g} s") from None
+            raise ZygoteError(f"zygote did not answer within {timeout_s:g} s") from None
         except OSError as exc:
             self.close()
             raise ZygoteError(f"zygote unreachable: {exc}") from None
