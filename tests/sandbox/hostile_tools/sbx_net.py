@@ -1,0 +1,69 @@
+"""Network tools for the egress allowlist tests. Imported only inside workers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+
+from stockade.tools.base import tool
+
+TIMEOUT_S = 10
+
+
+def _context(cadata: str) -> ssl.SSLContext | None:
+    return ssl.create_default_context(cadata=cadata) if cadata else None
+
+
+def _fetch_one(url: str, cadata: str) -> dict[str, object]:
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S, context=_context(cadata)) as response:
+            body = response.read()
+            return {"status": response.status, "len": len(body), "body": body[:2000].decode(errors="replace")}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "reason": str(exc.reason), "body": exc.read().decode(errors="replace")}
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        return {"error": str(exc)}
+
+
+@tool
+def fetch(urls: list[str], cadata: str = "") -> str:
+    """GET each URL with the standard library (proxy from the environment); JSON list of results."""
+    return json.dumps([_fetch_one(url, cadata) for url in urls])
+
+
+@tool
+def curl(url: str, cadata: str = "") -> str:
+    """GET `url` with the curl binary; JSON with its exit code, stdout and stderr."""
+    argv = ["curl", "-sS", "--max-time", str(TIMEOUT_S), url]
+    if cadata:
+        with open("ca.pem", "w", encoding="ascii") as handle:
+            handle.write(cadata)
+        argv[1:1] = ["--cacert", "ca.pem"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S + 5, check=False)
+    return json.dumps({"rc": done.returncode, "out": done.stdout, "err": done.stderr})
+
+
+@tool
+def raw_connect(host: str, port: int) -> str:
+    """A plain TCP connect that ignores the proxy variables: "connected" or the error."""
+    try:
+        with socket.create_connection((host, port), timeout=3):
+            return "connected"
+    except OSError as exc:
+        return f"error: {exc}"
+
+
+@tool
+def proxy_env() -> str:
+    """The proxy variables the tool sees, as JSON."""
+    names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+    return json.dumps({n: os.environ.get(n) for name in names for n in (name, name.lower())})
+
+
+TOOLS = [fetch, curl, raw_connect, proxy_env]
