@@ -216,7 +216,9 @@ def test_byte_limit_per_call(servers: dict[str, Any]) -> None:
     assert outcome.usage.network_bytes_up + outcome.usage.network_bytes_down <= 100_000
 
 
-def test_allowlist_fails_closed_without_netns(servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allowlist_fails_closed_without_netns(
+    servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "netns")
     outcome = _run(_policy(servers), "proxy_env")
     assert outcome.kind == "failed" and "network=allowlist needs the netns layer" in outcome.error_text()
