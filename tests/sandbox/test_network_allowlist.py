@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(not probe()["netns"].available, reason="allowlis
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         self.server.hits += 1  # type: ignore[attr-defined]
         size = int(self.path.rsplit("/", 1)[1]) if self.path.startswith("/size/") else 0
         body = b"x" * size if size else BODY.encode()
@@ -46,7 +46,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -71,9 +71,21 @@ def _self_signed(folder: Path) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("no openssl binary to make a self-signed certificate")
     cert, key = folder / "cert.pem", folder / "key.pem"
+    names = "subjectAltName=IP:127.0.0.1,DNS:localhost"
+    argv = [
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=localhost",
+    ]
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert)]
-        + ["-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        [*argv, "-addext", names, "-keyout", str(key), "-out", str(cert)],
         check=True,
         capture_output=True,
         timeout=30,
