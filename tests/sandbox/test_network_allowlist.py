@@ -8,7 +8,10 @@ raw connect that ignores the proxy all fail, and the servers see none of them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.server
+import time
 import importlib.util
 import json
 import logging
@@ -33,6 +36,8 @@ sandbox_environment = kit.sandbox_environment
 
 REF = "sbx_net:TOOLS"
 BODY = "hello from a loopback server"
+CHUNK = 1 << 20
+FLOOD_BYTES = 64 << 20
 pytestmark = pytest.mark.skipif(not probe()["netns"].available, reason="allowlist mode needs the netns layer")
 
 
@@ -40,11 +45,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.server.hits += 1  # type: ignore[attr-defined]
         size = int(self.path.rsplit("/", 1)[1]) if self.path.startswith("/size/") else 0
-        body = b"x" * size if size else BODY.encode()
         self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(size or len(BODY)))
         self.end_headers()
-        self.wfile.write(body)
+        if not size:
+            self.wfile.write(BODY.encode())
+        with contextlib.suppress(OSError):  # a reader that stops early
+            for start in range(0, size, CHUNK):
+                self.wfile.write(b"x" * min(CHUNK, size - start))
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -112,17 +120,18 @@ def _policy(servers: dict[str, Any], **overrides: Any) -> ResourcePolicy:
 
 
 def _run(policy: ResourcePolicy, name: str, **input: Any) -> ToolOutcome:
-    async def go(sandbox: Sandbox) -> ToolOutcome:
-        kit._markers.append(sandbox.marker)
-        return await sandbox.run(CallRequest(call_id=f"call-{name}", name=name, ref=REF, input=input))
-
-    import asyncio
-
     async def main() -> ToolOutcome:
         async with Sandbox(default=policy) as sandbox:
-            return await go(sandbox)
+            kit._markers.append(sandbox.marker)
+            return await _call(sandbox, name, **input)
 
     return asyncio.run(main())
+
+
+async def _call(sandbox: Sandbox, name: str, **input: Any) -> ToolOutcome:
+    return await sandbox.run(
+        CallRequest(call_id=f"call-{name}-{time.monotonic()}", name=name, ref=REF, input=input)
+    )
 
 
 def _result(outcome: ToolOutcome) -> Any:
@@ -234,3 +243,33 @@ def test_allowlist_fails_closed_without_netns(
     monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "netns")
     outcome = _run(_policy(servers), "proxy_env")
     assert outcome.kind == "failed" and "network=allowlist needs the netns layer" in outcome.error_text()
+
+
+def test_a_slow_reader_neither_starves_another_call_nor_fills_memory(servers: dict[str, Any]) -> None:
+    base = f"http://127.0.0.1:{servers['http'].port}"
+    ended: dict[str, float] = {}
+
+    async def timed(sandbox: Sandbox, label: str, name: str, **input: Any) -> ToolOutcome:
+        outcome = await _call(sandbox, name, **input)
+        ended[label] = time.monotonic()
+        return outcome
+
+    async def main() -> tuple[ToolOutcome, ToolOutcome, float]:
+        async with Sandbox(default=_policy(servers, network_bytes=None, pool_size=2)) as sandbox:
+            kit._markers.append(sandbox.marker)
+            await sandbox.warm()
+            slow = asyncio.ensure_future(
+                timed(sandbox, "slow", "slow_read", url=f"{base}/size/{FLOOD_BYTES}", seconds=3)
+            )
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            quick = await timed(sandbox, "quick", "fetch", urls=[f"{base}/"] * 3)
+            return await slow, quick, time.monotonic() - started
+
+    slow, quick, quick_s = asyncio.run(main())
+    assert [r["status"] for r in _result(quick)] == [200] * 3
+    assert ended["quick"] < ended["slow"] and quick.usage.wall_s < 2.0, (quick_s, quick.usage)
+    # Back-pressure: the proxy moved only about what the tool read (plus socket buffers), not the flood.
+    read = int(slow.content()[0]["text"])
+    assert 0 < read < FLOOD_BYTES // 4
+    assert slow.usage.network_bytes_down < read + 16 * CHUNK

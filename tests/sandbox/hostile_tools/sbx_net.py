@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -35,6 +36,17 @@ def _fetch_one(url: str, cadata: str) -> dict[str, object]:
 def fetch(urls: list[str], cadata: str = "") -> str:
     """GET each URL with the standard library (proxy from the environment); JSON list of results."""
     return json.dumps([_fetch_one(url, cadata) for url in urls])
+
+
+@tool
+def slow_read(url: str, seconds: float) -> str:
+    """Read `url` 64 KiB at a time, pausing between reads, for `seconds`; returns the bytes read."""
+    done, deadline = 0, time.monotonic() + seconds
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        while time.monotonic() < deadline and (chunk := response.read(64 << 10)):
+            done += len(chunk)
+            time.sleep(0.05)
+    return str(done)
 
 
 @tool
@@ -66,4 +78,4 @@ def proxy_env() -> str:
     return json.dumps({n: os.environ.get(n) for name in names for n in (name, name.lower())})
 
 
-TOOLS = [fetch, curl, raw_connect, proxy_env]
+TOOLS = [fetch, slow_read, curl, raw_connect, proxy_env]
