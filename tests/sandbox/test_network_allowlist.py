@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
-import time
 import importlib.util
 import json
 import logging
@@ -19,6 +18,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
