@@ -1,11 +1,12 @@
 """The egress proxy of one `network = "allowlist"` worker (supervisor side, asyncio streams).
 
 Each such worker gets its own proxy listening on a unix socket in its workdir; the worker reaches
-it only through that socket (its forwarder, `sandbox/child/forward.py`, bridges loopback TCP inside
-the worker's network namespace to it). For every connection the proxy parses the request
-(`proxy_http.py`), matches the target against the allowlist *before* resolving it (so names off
-the list never reach DNS), resolves it itself, checks every address (`sandbox/netrules.py`) and
-connects only to checked addresses. A denial is a 403 with the reason and a `network_denied` log line.
+it only through that socket: its forwarder (`sandbox/child/forward.py`) accepts a tool's loopback TCP
+connection inside the worker's network namespace and hands the socket itself over
+(`proxy_handover.py`), so the proxy reads and writes the tool's connection directly. For every
+connection the proxy parses the request (`proxy_http.py`), matches the target against the allowlist
+*before* resolving it (so names off the list never reach DNS), resolves it itself, checks every
+address (`sandbox/netrules.py`) and connects only to checked addresses. A denial is a 403 with the reason and a `network_denied` log line.
 
 Accounting and limits are per call (`begin_call`): connections, bytes up and down, denials;
 `network_connections` and `network_bytes` cap them. Fairness: each connection is its own pair of
@@ -24,6 +25,7 @@ import socket
 from dataclasses import dataclass, field
 
 import psutil
+from stockade.sandbox.host.proxy_handover import HandoverServer
 from stockade.sandbox.host.proxy_http import BadRequest, ProxyRequest, denial, error_response, parse_head
 from stockade.sandbox.netrules import (
     IPAddress,
@@ -45,7 +47,7 @@ log = logging.getLogger(__name__)
 PROXY_SOCKET_ENV = "STOCKADE_PROXY_SOCKET"
 """Tells the worker where its proxy listens (`sandbox/child/forward.py` reads the same name)."""
 HEAD_LIMIT_BYTES = 64 << 10
-CHUNK_BYTES = 64 << 10
+CHUNK_BYTES = 256 << 10
 HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 RESOLVE_TIMEOUT_S = 10.0
@@ -91,19 +93,15 @@ class EgressProxy:
         self.path = path
         self.rules: tuple[Rule, ...] = parse_rules(policy.allow_hosts)
         self.call = CallNet()
-        self._server: asyncio.Server | None = None
+        self._server = HandoverServer(path, self._serve, HEAD_LIMIT_BYTES)
         self._own_addresses: frozenset[IPAddress] = frozenset()
-        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Listen on the unix socket (mode 0666: the worker runs as another uid)."""
+        """Listen on the unix socket for connections the worker's forwarder hands over."""
         if len(os.fsencode(self.path)) > MAX_UNIX_PATH:
             raise OSError(f"proxy socket path too long for a unix socket: {self.path}")
         self._own_addresses = await asyncio.to_thread(host_addresses)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
-        self._server = await asyncio.start_unix_server(self._serve, self.path, limit=HEAD_LIMIT_BYTES)
-        os.chmod(self.path, 0o666)
+        self._server.start()
 
     def begin_call(self, tool: str) -> None:
         """Start accounting a new call of `tool` (connections still open keep counting for theirs)."""
@@ -111,18 +109,9 @@ class EgressProxy:
 
     def close(self) -> None:
         """Stop listening, drop every connection, remove the socket. Idempotent."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for task in list(self._tasks):
-            task.cancel()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         call = self.call
         call.writers.add(writer)
         try:
@@ -131,7 +120,6 @@ class EgressProxy:
             pass
         finally:
             call.writers.discard(writer)
-            self._tasks.discard(task)
             writer.close()
 
     async def _handle(

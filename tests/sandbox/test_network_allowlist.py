@@ -273,3 +273,17 @@ def test_a_slow_reader_neither_starves_another_call_nor_fills_memory(servers: di
     read = int(slow.content()[0]["text"])
     assert 0 < read < FLOOD_BYTES // 4
     assert slow.usage.network_bytes_down < read + 16 * CHUNK
+
+
+def test_junk_handed_to_the_proxy_socket_is_dropped(servers: dict[str, Any]) -> None:
+    url = f"http://127.0.0.1:{servers['http'].port}/"
+
+    async def main() -> tuple[ToolOutcome, ToolOutcome]:
+        async with Sandbox(default=_policy(servers)) as sandbox:
+            kit._markers.append(sandbox.marker)
+            junk = await _call(sandbox, "bad_handovers")
+            return junk, await _call(sandbox, "fetch", urls=[url])
+
+    junk, after = asyncio.run(main())
+    assert junk.kind == "completed" and "sent 5 handovers" in junk.content()[0]["text"]
+    assert _result(after)[0]["status"] == 200

@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 from stockade.tools.base import tool
 
@@ -72,10 +73,34 @@ def raw_connect(host: str, port: int) -> str:
 
 
 @tool
+def bad_handovers() -> str:
+    """Talk to the proxy's unix socket directly, handing over junk: no fd, a file, a datagram
+    socket, two sockets, and a connection that never sends its request. Returns what it managed."""
+    path = next(str(p) for p in Path.cwd().glob(".stockade-proxy-*.sock"))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    pair = socket.socketpair()
+    attempts: list[list[int]] = [
+        [],
+        [os.open("/dev/null", os.O_RDONLY)],
+        [udp.fileno()],
+        [p.fileno() for p in pair],
+    ]
+    for fds in attempts:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
+            proxy.connect(path)
+            socket.send_fds(proxy, [b"x"], fds)
+    silent = socket.socketpair()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as proxy:
+        proxy.connect(path)
+        socket.send_fds(proxy, [b"x"], [silent[1].fileno()])
+    return f"sent {len(attempts) + 1} handovers"
+
+
+@tool
 def proxy_env() -> str:
     """The proxy variables the tool sees, as JSON."""
     names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
     return json.dumps({n: os.environ.get(n) for name in names for n in (name, name.lower())})
 
 
-TOOLS = [fetch, slow_read, curl, raw_connect, proxy_env]
+TOOLS = [fetch, slow_read, curl, raw_connect, bad_handovers, proxy_env]
