@@ -6,7 +6,8 @@ connection inside the worker's network namespace and hands the socket itself ove
 (`proxy_handover.py`), so the proxy reads and writes the tool's connection directly. For every
 connection the proxy parses the request (`proxy_http.py`), matches the target against the allowlist
 *before* resolving it (so names off the list never reach DNS), resolves it itself, checks every
-address (`sandbox/netrules.py`) and connects only to checked addresses. A denial is a 403 with the reason and a `network_denied` log line.
+address (`sandbox/netrules.py`) and connects only to checked addresses. A denial is a 403 with
+the reason and a `network_denied` log line.
 
 Accounting and limits are per call (`begin_call`): connections, bytes up and down, denials;
 `network_connections` and `network_bytes` cap them. Fairness: each connection is its own pair of
