@@ -341,7 +341,7 @@ class Sandbox:
         worker.calls += 1
         worker.cage.reset_peak()
         if worker.proxy is not None:
-            worker.proxy.begin_call(request.name)
+            worker.proxy.begin_call(request.name, drop_previous=not pinned)
         try:
             reply = await worker.exchange(message, started + policy.wall_timeout_s)
         except asyncio.CancelledError:

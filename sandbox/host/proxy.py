@@ -67,7 +67,12 @@ class CallNet:
     bytes_down: int = 0
     denied: int = 0
     limit_hit: str | None = None
-    writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    """The call's open connections (one task each)."""
+
+    def drop_connections(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
 
 
 def host_addresses() -> frozenset[IPAddress]:
@@ -104,8 +109,11 @@ class EgressProxy:
         self._own_addresses = await asyncio.to_thread(host_addresses)
         self._server.start()
 
-    def begin_call(self, tool: str) -> None:
-        """Start accounting a new call of `tool` (connections still open keep counting for theirs)."""
+    def begin_call(self, tool: str, *, drop_previous: bool = True) -> None:
+        """Start accounting a new call of `tool`. The previous call's connections are dropped, as its
+        processes were swept (`drop_previous`); else they keep counting for it."""
+        if drop_previous:
+            self.call.drop_connections()
         self.call = CallNet(tool=tool)
 
     def close(self) -> None:
@@ -114,13 +122,15 @@ class EgressProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         call = self.call
-        call.writers.add(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        call.tasks.add(task)
         try:
             await self._handle(call, reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         finally:
-            call.writers.discard(writer)
+            call.tasks.discard(task)
             writer.close()
 
     async def _handle(
@@ -250,8 +260,7 @@ class EgressProxy:
             if call.limit_hit is None:
                 call.limit_hit = "network_bytes"
                 log.warning("network_limit limit=network_bytes tool=%s bytes=%d", call.tool, cap)
-                for other in list(call.writers):
-                    other.close()
+                call.drop_connections()
             return False
         if up:
             call.bytes_up += size

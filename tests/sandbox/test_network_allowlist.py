@@ -287,3 +287,15 @@ def test_junk_handed_to_the_proxy_socket_is_dropped(servers: dict[str, Any]) -> 
     junk, after = asyncio.run(main())
     assert junk.kind == "completed" and "sent 5 handovers" in junk.content()[0]["text"]
     assert _result(after)[0]["status"] == 200
+
+
+def test_a_tunnel_kept_past_its_call_is_dropped_when_the_next_call_starts(servers: dict[str, Any]) -> None:
+    async def main() -> tuple[ToolOutcome, ToolOutcome]:
+        async with Sandbox(default=_policy(servers)) as sandbox:
+            kit._markers.append(sandbox.marker)
+            held = await _call(sandbox, "hold_tunnel", port=servers["http"].port)
+            return held, await _call(sandbox, "held_tunnel_state")
+
+    held, state = asyncio.run(main())
+    assert held.content()[0]["text"] == "HTTP/1.1 200 Connection established"
+    assert state.content()[0]["text"].startswith("closed")

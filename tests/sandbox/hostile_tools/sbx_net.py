@@ -96,6 +96,32 @@ def bad_handovers() -> str:
     return f"sent {len(attempts) + 1} handovers"
 
 
+_held: list[socket.socket] = []
+
+
+@tool
+def hold_tunnel(port: int) -> str:
+    """Open a CONNECT tunnel through the proxy and keep it (in this worker) past the call's end."""
+    proxy_port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+    sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
+    sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    _held.append(sock)
+    return sock.recv(100).decode(errors="replace").split("\r\n")[0]
+
+
+@tool
+def held_tunnel_state() -> str:
+    """What the tunnel kept by `hold_tunnel` says now: "closed" once the proxy dropped it."""
+    sock = _held.pop()
+    sock.settimeout(5)
+    try:
+        return "closed" if sock.recv(100) == b"" else "open"
+    except TimeoutError:
+        return "open"
+    except OSError as exc:
+        return f"closed ({exc})"
+
+
 @tool
 def proxy_env() -> str:
     """The proxy variables the tool sees, as JSON."""
@@ -103,4 +129,4 @@ def proxy_env() -> str:
     return json.dumps({n: os.environ.get(n) for name in names for n in (name, name.lower())})
 
 
-TOOLS = [fetch, slow_read, curl, raw_connect, bad_handovers, proxy_env]
+TOOLS = [fetch, slow_read, curl, raw_connect, bad_handovers, hold_tunnel, held_tunnel_state, proxy_env]
