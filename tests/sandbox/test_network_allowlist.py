@@ -164,6 +164,15 @@ def test_named_servers_reached_by_urllib_with_usage(servers: dict[str, Any]) -> 
     assert 0 < big.usage.network_bytes_up < 1000
 
 
+def test_httpx_goes_through_the_proxy(servers: dict[str, Any]) -> None:
+    url = f"https://127.0.0.1:{servers['https'].port}/"
+    outcome = _run(_policy(servers), "httpx_get", url=url, cadata=servers["cadata"])
+    assert _result(outcome) == {"status": 200, "body": BODY}
+    assert outcome.usage.network_bytes_down > len(BODY)
+    denied = _run(_policy(servers), "httpx_get", url=f"http://127.0.0.1:{servers['other'].port}/")
+    assert _result(denied)["status"] == 403 and denied.usage.network_denied == 1
+
+
 def test_tool_sees_the_proxy_variables(servers: dict[str, Any]) -> None:
     env = _result(_run(_policy(servers), "proxy_env"))
     assert env["http_proxy"] == env["HTTPS_PROXY"] == env["ALL_PROXY"]

@@ -51,6 +51,17 @@ def slow_read(url: str, seconds: float) -> str:
 
 
 @tool
+def httpx_get(url: str, cadata: str = "") -> str:
+    """GET `url` with httpx (which reads the proxy variables itself); JSON status and body."""
+    import httpx
+
+    context = _context(cadata)
+    verify: ssl.SSLContext | bool = context if context is not None else True
+    response = httpx.get(url, verify=verify, timeout=TIMEOUT_S)
+    return json.dumps({"status": response.status_code, "body": response.text[:2000]})
+
+
+@tool
 def curl(url: str, cadata: str = "") -> str:
     """GET `url` with the curl binary; JSON with its exit code, stdout and stderr."""
     argv = ["curl", "-sS", "--max-time", str(TIMEOUT_S), url]
@@ -129,4 +140,14 @@ def proxy_env() -> str:
     return json.dumps({n: os.environ.get(n) for name in names for n in (name, name.lower())})
 
 
-TOOLS = [fetch, slow_read, curl, raw_connect, bad_handovers, hold_tunnel, held_tunnel_state, proxy_env]
+TOOLS = [
+    fetch,
+    slow_read,
+    httpx_get,
+    curl,
+    raw_connect,
+    bad_handovers,
+    hold_tunnel,
+    held_tunnel_state,
+    proxy_env,
+]
