@@ -22,6 +22,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import secrets
 import socket
 from dataclasses import dataclass, field
 
@@ -88,7 +89,8 @@ def host_addresses() -> frozenset[IPAddress]:
 
 def socket_path_for(workdir: str, worker_id: str) -> str:
     """Where the proxy of worker `worker_id` listens: in its workdir, the one folder it always sees."""
-    return os.path.join(workdir, f".stockade-proxy-{worker_id}.sock")
+    # Unpredictable: with a shared workdir, another worker's tool must not prepare the path.
+    return os.path.join(workdir, f".stockade-proxy-{worker_id}-{secrets.token_hex(4)}.sock")
 
 
 class EgressProxy:

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import socket
+import stat
 from collections.abc import Awaitable, Callable
 
 __all__ = ["HandoverServer"]
@@ -42,6 +43,18 @@ def _stream_socket(fds: list[int]) -> socket.socket | None:
     return sock
 
 
+def _open_to_all(path: str) -> None:
+    """chmod 0666 the socket at `path` without following a symlink: the folder is the tool's, which
+    could swap in a link to a host file between our bind and a plain chmod (run as root)."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise OSError(f"proxy socket {path} was replaced")
+        os.chmod(f"/proc/self/fd/{fd}", 0o666)  # the inode we opened, never a link's target
+    finally:
+        os.close(fd)
+
+
 class HandoverServer:
     """A unix socket (mode 0666: the worker runs as another uid) whose peers hand over connections."""
 
@@ -59,7 +72,7 @@ class HandoverServer:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(self.path)
-            os.chmod(self.path, 0o666)
+            _open_to_all(self.path)
             listener.listen(128)
             listener.setblocking(False)
         except OSError:
