@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks: `python scripts/bench.py sandbox | session | all | profile | network`.
+"""Benchmarks: `python scripts/bench.py sandbox | session | all | profile | network` (`bench_net.py`).
 
 `sandbox` measures the sandbox core alone: a call through a warm worker vs calling the same tool
 in-process; a fresh process per call; the time from a call's deadline until its tree is dead.
@@ -9,9 +9,6 @@ ratios to the official SDK's in-process `SessionToolRunner` (the baseline): stoc
 pool, stockade with a fresh forked process per call, and two naive alternatives (a
 `subprocess.run` interpreter per call; a `ProcessPoolExecutor`). Per-call latency is measured at
 the emulator, from the tool-use event's `processed_at` to the arrival of its result post.
-
-`network` measures one call's download throughput through the egress allowlist proxy against the
-host network (`bench_net_tools.py`).
 
 The tools live in `bench_tools.py`, a tool module as small as a user's would be (`bench_tools:TOOLS`):
 each fresh worker imports it, and this script's own imports are not what is measured.
@@ -439,76 +436,9 @@ def run_profile(mode: str, calls: int) -> None:
     print(f"{MODES[mode]}: {calls / measure.span_s:.1f} calls/s, {cpu_s / calls * 1e3:.2f} ms CPU per call")
 
 
-NET_BYTES = 256 << 20
-NET_RUNS = 3
-
-
-def _bulk_server() -> Any:
-    """A loopback HTTP server whose every GET returns `NET_BYTES` bytes (in a daemon thread)."""
-    import http.server
-    import threading
-
-    block = b"x" * (1 << 20)
-
-    class Bulk(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(NET_BYTES))
-            self.end_headers()
-            for _ in range(NET_BYTES // len(block)):
-                self.wfile.write(block)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Bulk)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-async def _download_mib_s(policy: Any, url: str) -> float:
-    from stockade.sandbox import CallRequest, Sandbox
-
-    async with Sandbox(default=policy) as sandbox:
-        await sandbox.warm()
-        rates = []
-        for run in range(NET_RUNS):
-            request = CallRequest(
-                call_id=f"net-{run}", name="download", ref="bench_net_tools:TOOLS", input={"url": url}
-            )
-            outcome = await sandbox.run(request)
-            assert outcome.content()[0]["text"] == str(NET_BYTES), outcome
-            rates.append(NET_BYTES / (1 << 20) / outcome.usage.wall_s)
-        return statistics.median(rates)
-
-
-def run_network_bench() -> None:
-    """Download throughput of one call: through the allowlist proxy vs the host network (direct)."""
-    from stockade.sandbox import ResourcePolicy
-
-    server = _bulk_server()
-    port = server.server_address[1]
-    url = f"http://127.0.0.1:{port}/"
-    common: dict[str, Any] = {"wall_timeout_s": 120.0, "env_passthrough": ("PYTHONPATH",)}
-    os.environ["PYTHONPATH"] = str(SCRIPTS_DIR)
-    proxied = ResourcePolicy(
-        network="allowlist", allow_hosts=(f"127.0.0.1:{port}",), network_bytes=None, **common
-    )
-    rates = {
-        "direct (network=host)": asyncio.run(_download_mib_s(ResourcePolicy(network="host", **common), url)),
-        "proxied (network=allowlist)": asyncio.run(_download_mib_s(proxied, url)),
-    }
-    server.shutdown()
-    direct = rates["direct (network=host)"]
-    title = f"one call downloading {NET_BYTES >> 20} MiB over loopback"
-    print(f"\n{title} (MiB/s, median of {NET_RUNS}; ratio to direct)")
-    for mode, rate in rates.items():
-        print(f"  {mode:<30} {rate:>10.1f} {rate / direct:>8.2f}x")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["sandbox", "session", "all", "profile", "network"])
+    parser.add_argument("suite", choices=["sandbox", "session", "all", "profile"])
     parser.add_argument("--mode", choices=list(MODES), default="warm", help="profile: the mode to profile")
     parser.add_argument("--calls", type=int, default=200, help="profile: calls in the session")
     args = parser.parse_args()
@@ -518,9 +448,12 @@ def main() -> None:
         run_session_bench()
     if args.suite == "profile":
         run_profile(args.mode, args.calls)
-    if args.suite == "network":
-        run_network_bench()
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["network"]:  # proxied vs direct download throughput, in its own module
+        from bench_net import run_network_bench
+
+        run_network_bench()
+    else:
+        main()
