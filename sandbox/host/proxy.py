@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 
 import psutil
 from stockade.sandbox.host.proxy_handover import HandoverServer
-from stockade.sandbox.host.proxy_http import BadRequest, ProxyRequest, denial, error_response, parse_head
+from stockade.sandbox.host.proxy_http import (
+    BadRequest,
+    ProxyRequest,
+    denial,
+    error_response,
+    parse_head,
+    printable,
+)
 from stockade.sandbox.netrules import (
     IPAddress,
     Rule,
@@ -160,9 +167,8 @@ class EgressProxy:
 
     def _deny(self, call: CallNet, request: ProxyRequest, reason: str) -> str:
         call.denied += 1
-        log.warning(
-            "network_denied host=%s port=%d tool=%s reason=%r", request.host, request.port, call.tool, reason
-        )
+        host, why = printable(request.host), printable(reason)
+        log.warning("network_denied host=%s port=%d tool=%s reason=%r", host, request.port, call.tool, why)
         return reason
 
     async def _admit(self, call: CallNet, request: ProxyRequest) -> tuple[str, ...] | str:

@@ -12,7 +12,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass
 
-__all__ = ["BadRequest", "ProxyRequest", "denial", "error_response", "parse_head"]
+__all__ = ["BadRequest", "ProxyRequest", "denial", "error_response", "parse_head", "printable"]
 
 _HOP_HEADERS = {b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive"}
 _TOKEN = re.compile(rb"^[A-Z]{3,10}$")
@@ -83,15 +83,17 @@ def parse_head(head: bytes) -> ProxyRequest:
     return ProxyRequest(method.decode(), host, port, upstream)
 
 
-def _safe(text: str) -> str:
+def printable(text: str) -> str:
+    """`text` with every non-printable-ASCII character as `?`, cut to 300 characters (for a status
+    line, a header or a log line: the tool chose the target name)."""
     return _UNSAFE.sub("?", text)[:300]
 
 
 def error_response(status: int, phrase: str, message: str, extra: str = "") -> bytes:
     """A complete `Connection: close` response with a plain-text body."""
-    body = (_safe(message) + "\n").encode()
+    body = (printable(message) + "\n").encode()
     head = (
-        f"HTTP/1.1 {status} {_safe(phrase)}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {printable(phrase)}\r\n{extra}Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
@@ -100,7 +102,7 @@ def error_response(status: int, phrase: str, message: str, extra: str = "") -> b
 def denial(reason: str) -> bytes:
     """The 403 a denied connection gets: the reason in the status phrase (which urllib and pip show),
     in a header, and in the body."""
-    why = _safe(reason)
+    why = printable(reason)
     return error_response(
         403,
         f"Forbidden by stockade: {why}",
