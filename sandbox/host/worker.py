@@ -233,8 +233,8 @@ class WorkerProcess:
         """Start the egress proxy of an allowlist worker; the variable that tells the worker where."""
         if self.policy.network != "allowlist":
             return {}
-        self.proxy = EgressProxy(self.policy, socket_path_for(self.workdir, self.worker_id))
         try:
+            self.proxy = EgressProxy(self.policy, socket_path_for(self.workdir, self.worker_id))
             await self.proxy.start()
         except (OSError, ValueError) as exc:
             self._close_proxy()

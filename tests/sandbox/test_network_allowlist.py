@@ -308,3 +308,9 @@ def test_a_tunnel_kept_past_its_call_is_dropped_when_the_next_call_starts(server
     held, state = asyncio.run(main())
     assert held.content()[0]["text"] == "HTTP/1.1 200 Connection established"
     assert state.content()[0]["text"].startswith("closed")
+
+
+def test_a_bad_pattern_in_a_programmatic_policy_is_a_clear_outcome(servers: dict[str, Any]) -> None:
+    outcome = _run(_policy(servers, allow_hosts=("exa mple.org",)), "proxy_env")
+    assert outcome.is_error and "egress proxy did not start" in outcome.error_text()
+    assert "'exa mple.org' is not a valid host name" in outcome.error_text()
