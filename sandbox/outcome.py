@@ -37,6 +37,12 @@ class Usage(msgspec.Struct, frozen=True, kw_only=True):
     wall_s: float = 0.0
     cpu_s: float = 0.0
     max_rss_bytes: int = 0
+    network_bytes_up: int = 0
+    """`network = "allowlist"`: bytes the call sent through the egress proxy."""
+    network_bytes_down: int = 0
+    """`network = "allowlist"`: bytes the call received through the egress proxy."""
+    network_denied: int = 0
+    """`network = "allowlist"`: connections the egress proxy refused during the call."""
 
 
 def _text(text: str) -> list[Block]:

@@ -15,7 +15,7 @@ __all__ = ["MIB", "Network", "ResourcePolicy", "WorkerLifetime"]
 
 MIB = 1 << 20
 
-Network = Literal["none", "host"]
+Network = Literal["none", "host", "allowlist"]
 WorkerLifetime = Literal["call", "thread"]
 
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
@@ -44,7 +44,9 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     max_output_bytes: PositiveInt = 1 * MIB
     """Largest result a tool may return; a larger one is truncated with a marker."""
     network: Network = "none"
-    """`none`: a private network namespace with no interfaces up; `host`: the host's network."""
+    """`none`: a private network namespace with no interfaces up; `host`: the host's network;
+    `allowlist`: a private network namespace whose only way out is the supervisor's egress proxy,
+    which lets through only `allow_hosts`."""
     workdir: str | None = None
     """Working directory of the tool; `None` gives each worker a fresh temporary directory."""
     read_only_paths: tuple[str, ...] = ()
@@ -62,3 +64,10 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """Warm workers kept ready for this policy."""
     require_layers: tuple[str, ...] = ()
     """Isolation layers that must be available; a call is refused (fail closed) if one is not."""
+    allow_hosts: tuple[str, ...] = ()
+    """`network = "allowlist"`: the hosts a tool may reach, `HOST[:PORT]` (`api.github.com`,
+    `*.example.org:443`, `10.0.0.5:8080`, `[::1]:80`); see `stockade.sandbox.netrules`."""
+    network_connections: PositiveInt | None = 64
+    """`network = "allowlist"`: connections one call may open through the proxy."""
+    network_bytes: PositiveInt | None = 256 * MIB
+    """`network = "allowlist"`: bytes (up plus down) one call may move through the proxy."""

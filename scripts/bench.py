@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks: `python scripts/bench.py sandbox | session | all | profile`.
+"""Benchmarks: `python scripts/bench.py sandbox | session | all | profile | network` (`bench_net.py`).
 
 `sandbox` measures the sandbox core alone: a call through a warm worker vs calling the same tool
 in-process; a fresh process per call; the time from a call's deadline until its tree is dead.
@@ -515,4 +515,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["network"]:  # proxied vs direct download throughput, in its own module
+        from bench_net import run_network_bench
+
+        run_network_bench()
+    else:
+        main()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from stockade.sandbox.child.forward import PROXY_SOCKET_ENV, start_forwarder
 from stockade.sandbox.host import importpath
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
@@ -248,9 +249,25 @@ def _start(config: WorkerConfig) -> dict[str, str] | str:
     # Before confinement, which keeps every folder on sys.path reachable.
     sys.path.extend(importpath.safe_import_paths(config.import_paths, config.policy, config.workdir))
     try:
-        return isolation.apply_in_worker(config.policy, Path(config.workdir))
+        report = isolation.apply_in_worker(config.policy, Path(config.workdir))
     except isolation.LayerUnavailable as exc:
         return str(exc)
+    return _start_egress(config.policy.network, report)
+
+
+def _start_egress(network: str, report: dict[str, str]) -> dict[str, str] | str:
+    """For `network = "allowlist"`: the forwarder to the proxy, before any tool code. Fails closed:
+    without its own network namespace the worker would have the host's whole network."""
+    path = os.environ.pop(PROXY_SOCKET_ENV, "")
+    if network != "allowlist":
+        return report
+    if report.get("netns") != "on" or not path:
+        return f"network=allowlist needs the netns layer ({report.get('netns', 'not applied')})"
+    try:
+        start_forwarder(path)
+    except OSError as exc:
+        return f"network=allowlist: egress forwarder failed: {exc}"
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,10 +48,14 @@ def call_usage(
 ) -> Usage:
     """Usage of a call begun at monotonic `started`: the cage's figures where it has them."""
     cage = worker.cage.usage() if cage is None else cage
+    net = worker.proxy.call if worker.proxy is not None else None
     return Usage(
         wall_s=time.monotonic() - started,
         cpu_s=cage.cpu_s if cage.cpu_s is not None else cpu_s,
         max_rss_bytes=cage.max_rss_bytes if cage.max_rss_bytes is not None else rss,
+        network_bytes_up=net.bytes_up if net is not None else 0,
+        network_bytes_down=net.bytes_down if net is not None else 0,
+        network_denied=net.denied if net is not None else 0,
     )
 
 

@@ -353,6 +353,8 @@ class Sandbox:
         started = time.monotonic()
         worker.calls += 1
         worker.cage.reset_peak()
+        if worker.proxy is not None:
+            worker.proxy.begin_call(request.name, drop_previous=not pinned)
         try:
             with CpuWatch(worker):
                 reply = await worker.exchange(message, started + policy.wall_timeout_s)

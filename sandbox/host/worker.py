@@ -33,6 +33,7 @@ from stockade.sandbox.host.errors import (
     WorkerStartError,
     WorkerTimeout,
 )
+from stockade.sandbox.host.proxy import PROXY_SOCKET_ENV, EgressProxy, socket_path_for
 from stockade.sandbox.host.zygote import Zygote
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
@@ -147,6 +148,8 @@ class WorkerProcess:
         self._report: asyncio.Future[Exited | None] | None = None
         """A forked worker's exit report from the zygote, its parent."""
         self._closed = False
+        self.proxy: EgressProxy | None = None
+        """The egress proxy of a `network = "allowlist"` worker (started with it)."""
 
     @property
     def spawned(self) -> bool:
@@ -195,14 +198,16 @@ class WorkerProcess:
         """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
         loop = asyncio.get_running_loop()
         await self._prepare_off_loop()
+        proxy_env = await self._start_proxy()
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
-        env = limits.worker_env(self.policy, self.workdir, self.cage.preexec_env())
+        env = limits.worker_env(self.policy, self.workdir, {**self.cage.preexec_env(), **proxy_env})
         try:
             self._pid = await self._spawn([req_r, rep_w, out_w, err_w], env)
         except BaseException:
             for fd in (req_w, rep_r, out_r, err_r):
                 os.close(fd)
+            self._close_proxy()
             self._release_resources()
             raise
         finally:
@@ -223,6 +228,24 @@ class WorkerProcess:
         except asyncio.CancelledError:
             self.kill_now()  # Nobody else knows this worker yet.
             raise
+
+    async def _start_proxy(self) -> dict[str, str]:
+        """Start the egress proxy of an allowlist worker; the variable that tells the worker where."""
+        if self.policy.network != "allowlist":
+            return {}
+        try:
+            self.proxy = EgressProxy(self.policy, socket_path_for(self.workdir, self.worker_id))
+            await self.proxy.start()
+        except (OSError, ValueError) as exc:
+            self._close_proxy()
+            self._release_resources()
+            raise WorkerStartError(f"egress proxy did not start: {exc}") from None
+        return {PROXY_SOCKET_ENV: self.proxy.path}
+
+    def _close_proxy(self) -> None:
+        # On the event loop: the proxy's server and tasks belong to it.
+        if self.proxy is not None:
+            self.proxy.close()
 
     async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
         """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
@@ -431,6 +454,7 @@ class WorkerProcess:
         if self._closed:
             return False
         self._closed = True
+        self._close_proxy()
         for transport in getattr(self, "_transports", []):
             transport.close()
         if not self.exited.done():

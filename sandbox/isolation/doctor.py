@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from stockade.sandbox.isolation.cage import LAYERS, LayerStatus, probe
 
-__all__ = ["doctor_report", "format_table"]
+__all__ = ["allowlist_status", "doctor_report", "format_table"]
 
 
 def doctor_report() -> list[LayerStatus]:
     """Every known layer with its availability on this host (after STOCKADE_DISABLE_LAYERS)."""
     statuses = probe()
     return [statuses.get(name, LayerStatus(name, False, "not probed")) for name in LAYERS]
+
+
+def allowlist_status() -> LayerStatus:
+    """Whether `network = "allowlist"` works here: it needs the netns layer (its worker refuses to
+    start without one, rather than run with the host's network)."""
+    netns = probe()["netns"]
+    if not netns.available:
+        return LayerStatus("network_allowlist", False, f"needs netns ({netns.reason})")
+    return LayerStatus("network_allowlist", True, "egress proxy over a unix socket into the worker's netns")
 
 
 def format_table(statuses: list[LayerStatus]) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from stockade.sandbox.isolation import fsconfine, identity, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
+from stockade.sandbox.isolation.loopback import bring_loopback_up
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = ["UID_ENV", "WORKER_LAYERS", "apply_worker_layers"]
@@ -53,9 +54,11 @@ class _Run:
         return self.report[name] == ON
 
 
-def _netns(root: bool) -> str:
+def _netns(root: bool, loopback: bool = False) -> str:
     flags = syscalls.CLONE_NEWNET if root else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
     syscalls.unshare(flags)
+    if loopback:  # network=allowlist: the egress forwarder listens on lo
+        return f"private network namespace, {bring_loopback_up()}"
     return "private network namespace, no interface up"
 
 
@@ -93,7 +96,9 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
         syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
     run = _Run(disabled)
-    run.step("netns", lambda: _netns(root), None if policy.network == "none" else "network=host")
+    private_net = policy.network in ("none", "allowlist")
+    loopback = policy.network == "allowlist"
+    run.step("netns", lambda: _netns(root, loopback), None if private_net else f"network={policy.network}")
     confine = lambda: fsconfine.confine_filesystem(  # noqa: E731
         str(workdir), policy.writable_paths, policy.read_only_paths
     )

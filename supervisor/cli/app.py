@@ -91,11 +91,17 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """`stockade doctor`: which isolation layers this host can apply, and why not."""
     import msgspec
-    from stockade.sandbox.isolation.doctor import doctor_report, format_table
+    from stockade.sandbox.isolation.doctor import allowlist_status, doctor_report, format_table
     from stockade.supervisor.cli import output
 
     report = doctor_report()
-    _out(output.to_json_line({"layers": msgspec.to_builtins(report)}) if args.json else format_table(report))
+    modes = [allowlist_status()]
+    if args.json:
+        _out(
+            output.to_json_line({"layers": msgspec.to_builtins(report), "modes": msgspec.to_builtins(modes)})
+        )
+    else:
+        _out(format_table(report) + "\n\n" + format_table(modes))
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import msgspec
+from stockade.sandbox.netrules import RuleError, parse_rule
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S
@@ -108,9 +109,22 @@ def _as_is(value: object) -> object:
     return value
 
 
+def _host_patterns(value: object) -> tuple[str, ...]:
+    """`allow_hosts`: every pattern must parse (the error names the bad one and why)."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _Invalid
+    for item in value:
+        try:
+            parse_rule(item)
+        except RuleError as exc:
+            raise _Invalid(f"{exc}") from None
+    return tuple(value)
+
+
 _DURATION = 'a positive duration such as "30s", "500ms", "2m" (a bare number is seconds)'
 _SIZE = 'a positive size such as "256 MiB", "64 KiB", "1 GB" (a bare number is bytes)'
 _PATHS = "a list of path strings"
+_HOSTS = 'a list of host patterns such as "api.github.com", "*.example.org:443", "10.0.0.5:8080"'
 
 # TOML key -> (ResourcePolicy field, parser, what is expected). One table, so every limit is
 # parsed, validated, documented and printed the same way.
@@ -124,7 +138,7 @@ _FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "max_open_files": ("max_open_files", _or_unlimited(_count), 'an integer >= 1 or "unlimited"'),
     "max_file_size": ("max_file_size_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
     "max_output": ("max_output_bytes", _size, _SIZE),
-    "network": ("network", _as_is, '"none" or "host"'),
+    "network": ("network", _as_is, '"none", "host" or "allowlist"'),
     "workdir": ("workdir", _as_is, "a directory path string (omit it for a fresh temporary one)"),
     "read_only_paths": ("read_only_paths", _as_is, _PATHS),
     "writable_paths": ("writable_paths", _as_is, _PATHS),
@@ -133,6 +147,9 @@ _FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "max_calls_per_worker": ("max_calls_per_worker", _count, "an integer >= 1"),
     "pool_size": ("pool_size", _count, "an integer >= 0"),
     "require_layers": ("require_layers", _as_is, "a list of isolation layer names"),
+    "allow_hosts": ("allow_hosts", _host_patterns, _HOSTS),
+    "network_connections": ("network_connections", _or_unlimited(_count), 'an integer >= 1 or "unlimited"'),
+    "network_bytes": ("network_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
 }
 _CONFIRM_KEY = "require_confirmation"
 _POLICY_TO_KEY = {field: key for key, (field, _, _) in _FIELDS.items()}
@@ -229,13 +246,19 @@ def _parse_policy_table(source: str, table: str, raw: object) -> tuple[dict[str,
         field, parse, expected = _FIELDS[key]
         try:
             fields[field] = parse(value)
-        except _Invalid:
-            raise _field_error(source, table, key, value, expected) from None
+        except _Invalid as exc:
+            detail = f" ({exc})" if str(exc) else ""
+            raise _field_error(source, table, key, value, expected + detail) from None
     return fields, confirm
 
 
 def _build_policy(source: str, table: str, raw: Mapping[str, Any], fields: dict[str, Any]) -> ResourcePolicy:
     """Validate parsed fields as a ResourcePolicy; errors point back at the TOML key."""
+    if fields.get("allow_hosts") and fields.get("network") != "allowlist":
+        value = fields.get("network", "none")
+        raise ConfigError(
+            f'{_where(source, table, "allow_hosts")}: needs network = "allowlist" (network is {_show(value)})'
+        )
     try:
         return msgspec.convert(fields, ResourcePolicy)
     except msgspec.ValidationError as exc:

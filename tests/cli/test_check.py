@@ -74,7 +74,13 @@ BAD_FILES = [
     ('[tools.bash]\nmemory = "lots"\n', "[tools.bash]", "memory", '"lots"', "size"),
     ('[tools.bash]\nmemry = "1 MiB"\n', "[tools.bash]", "memry", "unknown field", "known fields"),
     ("[defaults]\nwall_timeout = 0\n", "[defaults]", "wall_timeout", "0", "positive duration"),
-    ('[tools.grep]\nnetwork = "wifi"\n', "[tools.grep]", "network", '"wifi"', '"none" or "host"'),
+    (
+        '[tools.grep]\nnetwork = "wifi"\n',
+        "[tools.grep]",
+        "network",
+        '"wifi"',
+        '"none", "host" or "allowlist"',
+    ),
     ("[tools.x]\nmax_processes = 0\n", "[tools.x]", "max_processes", "0", "integer >= 1"),
     (
         '[tools.x]\nrequire_confirmation = "yes"\n',

@@ -64,7 +64,8 @@ def test_call_json_has_exactly_the_documented_keys(run_cli):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert set(doc) == {"content", "is_error", "outcome", "usage"}
-    assert set(doc["usage"]) == {"wall_s", "cpu_s", "max_rss_bytes"}
+    network = {"network_bytes_up", "network_bytes_down", "network_denied"}
+    assert set(doc["usage"]) == {"wall_s", "cpu_s", "max_rss_bytes", *network}
     assert doc["outcome"] == "completed" and doc["is_error"] is False
     assert "sandboxed" in doc["content"][0]["text"]
 
