@@ -4,7 +4,6 @@ calls, and a tool that ignores SIGXCPU is still stopped at its own call's budget
 from __future__ import annotations
 
 import importlib.util
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ REF = "sbx_cpu_tools:TOOLS"
 WARM = msgspec.structs.replace(kit.POLICY, cpu_s=1, wall_timeout_s=20.0, max_calls_per_worker=50)
 CALL_CPU_S = 0.6
 """Most of the 1 s budget, so that two calls together use more than one budget."""
-KILL_SLACK_S = 3.0
+CPU_SLACK_S = 1.0
+"""CPU a stubborn tool may burn between the supervisor's samples and its kill."""
 
 
 async def _burn(sandbox: Sandbox, seconds: float, call_id: str) -> Any:
@@ -52,11 +52,11 @@ def test_a_call_over_its_budget_is_over_limit_even_on_a_used_worker() -> None:
 def test_a_tool_ignoring_sigxcpu_is_killed_at_its_budget_plus_the_margin() -> None:
     async def scenario(sandbox: Sandbox) -> None:
         assert (await _burn(sandbox, CALL_CPU_S, "warmup")).kind == "completed"
-        started = time.monotonic()
         request = CallRequest(call_id="stubborn", name="burn_ignoring_sigxcpu", ref=REF)
         outcome = await sandbox.run(request)
         assert isinstance(outcome, OverLimit) and outcome.resource == "cpu", outcome
-        assert time.monotonic() - started < WARM.cpu_s + 1 + KILL_SLACK_S
+        # Stopped on CPU, not on the 20 s wall clock: a sample or two past budget + margin.
+        assert outcome.usage.cpu_s < WARM.cpu_s + 1 + CPU_SLACK_S, outcome.usage
         await kit.assert_pool_healthy(sandbox)
 
     kit.in_sandbox(scenario, default=WARM)
