@@ -6,8 +6,9 @@ import anthropic
 import httpx
 import pytest
 from stockade.sandbox.outcome import Completed, Failed, TimedOut
-from stockade.supervisor.runner.results import build_result, outcome_result, to_session_content
+from stockade.supervisor.runner.results import build_result, outcome_result
 from stockade.supervisor.runner.retry import backoff_s, is_permanent, request_timeout_s
+from stockade.tools.content import to_content
 
 TU = {"type": "agent.tool_use", "id": "tu_1", "name": "echo"}
 SEARCH = {"type": "search_result", "source": "s", "title": "t", "content": []}
@@ -47,7 +48,7 @@ CTU = {"type": "agent.custom_tool_use", "id": "ctu_1", "name": "echo"}
     ],
 )
 def test_content_conversion(content: object, expected: list[dict[str, object]]) -> None:
-    assert to_session_content(content) == expected
+    assert to_content("echo", content) == expected
 
 
 def test_junk_content_becomes_an_error_result() -> None:
