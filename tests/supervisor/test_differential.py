@@ -224,3 +224,61 @@ def test_a_tool_raising_system_exit_is_an_error_result_where_the_sdk_runner_dies
         True,
         [{"type": "text", "text": "SystemExit(3)"}],
     )
+
+
+def test_a_call_with_input_null_runs_with_no_arguments(emulator: Emulator) -> None:
+    steps = [
+        {
+            "emit": {
+                "type": "agent.tool_use",
+                "id": "tu_null",
+                "name": "echo",
+                "input": None,
+                "evaluated_permission": "allow",
+            }
+        },
+        WAIT_ALL,
+        END,
+    ]
+    out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
+    assert [(e["is_error"], e["content"]) for e in out.posted()] == [
+        (False, [{"type": "text", "text": "(no output)"}])
+    ]
+
+
+def test_an_empty_thread_id_is_the_primary_thread(emulator: Emulator) -> None:
+    call = {
+        "type": "agent.tool_use",
+        "id": "tu_p",
+        "name": "echo",
+        "input": {"text": "p"},
+        "session_thread_id": "",
+        "evaluated_permission": "allow",
+    }
+    out = run_scenario(emulator, {"steps": [{"emit": call}, WAIT_ALL, END]}, tools=OUR_TOOLS)
+    assert [e["content"] for e in out.posted()] == [[{"type": "text", "text": "p"}]]
+
+
+def test_an_idle_without_stop_reason_is_an_unknown_reason_not_a_crash(emulator: Emulator) -> None:
+    steps = [
+        {"tool_use": "echo", "id": "tu_1", "input": {"text": "1"}},
+        WAIT_ALL,
+        {"emit": {"type": "session.status_idle"}},
+        {"tool_use": "echo", "id": "tu_2", "input": {"text": "2"}},
+        WAIT_ALL,
+        END,
+    ]
+    out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
+    assert out.error is None and out.end is not None
+    assert [r.posted for r in out.records] == [True, True]
+
+
+def test_requires_action_without_event_ids_runs_the_waiting_call(emulator: Emulator) -> None:
+    steps = [
+        {"tool_use": "echo", "id": "tu_1", "input": {"text": "1"}, "requires_action": False},
+        {"emit": {"type": "session.status_idle", "stop_reason": {"type": "requires_action"}}},
+        WAIT_ALL,
+        END,
+    ]
+    out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
+    assert out.error is None and [r.posted for r in out.records] == [True]
