@@ -282,3 +282,18 @@ def test_requires_action_without_event_ids_runs_the_waiting_call(emulator: Emula
     ]
     out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
     assert out.error is None and [r.posted for r in out.records] == [True]
+
+
+def test_a_json_array_data_frame_is_a_read_error_the_run_reconnects_from(emulator: Emulator) -> None:
+    steps = [
+        {"tool_use": "echo", "id": "tu_1", "input": {"text": "1"}},
+        WAIT_ALL,
+        {"drop_stream": "json_array"},
+        {"sleep": 0.2},
+        {"tool_use": "echo", "id": "tu_2", "input": {"text": "2"}},
+        WAIT_ALL,
+        END,
+    ]
+    out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
+    assert out.error is None and [r.posted for r in out.records] == [True, True]
+    assert out.endpoints().count("stream") >= 2
