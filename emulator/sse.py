@@ -1,8 +1,9 @@
 """Writes one SSE stream connection: event frames, keepalive comments and stream faults (api.md §4).
 
 Stream faults: `eof` (clean close), `reset` (TCP RST), `stall` (no more bytes, not even keepalives, until
-the client leaves), `error_frame` (an `event: error` frame) `malformed` (a frame whose data is not
-JSON) and `json_array` (a frame whose data is a JSON array, not an event object). A fault fires after `after_events` events were delivered on the connection.
+the client leaves), `error_frame` (an `event: error` frame), `malformed` (a frame whose data is not
+JSON) and `json_array` (a frame whose data is a JSON array, not an event object). A fault fires after
+`after_events` events were delivered on the connection.
 """
 
 from __future__ import annotations
