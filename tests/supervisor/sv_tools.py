@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stockade.tools.base import ToolError, tool
+from stockade.tools.base import Tool, ToolContext, ToolError, tool
 
 
 @tool
@@ -93,3 +93,17 @@ def rawimage() -> list[dict[str, Any]]:
 def sysexit() -> str:
     """Raise SystemExit(3)."""
     raise SystemExit(3)
+
+
+class _UncheckedBlocks(Tool):
+    """Hands the worker raw blocks, skipping the worker's conversion: as a compromised worker would."""
+
+    def invoke(self, input: dict[str, Any], ctx: ToolContext) -> list[dict[str, Any]]:
+        return [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b"\x89PNG"}}
+        ]
+
+
+rawblocks = _UncheckedBlocks(
+    "rawblocks", "Send an image block with raw bytes, unchecked.", {"type": "object"}
+)

@@ -201,18 +201,23 @@ def _run_with_next(emulator: Emulator, name: str) -> dict[str, dict[str, Any]]:
     return {e["tool_use_id"]: e for e in out.posted()}
 
 
-def test_a_result_that_cannot_be_sent_becomes_an_error_result_and_the_run_goes_on(emulator: Emulator) -> None:
-    sent = _run_with_next(emulator, "rawimage")
+# `rawimage` is caught by the worker's conversion, `rawblocks` (which skips it) by the supervisor's.
+@pytest.mark.parametrize("name", ["rawimage", "rawblocks"])
+def test_a_result_that_cannot_be_sent_becomes_an_error_result_and_the_run_goes_on(
+    emulator: Emulator, name: str
+) -> None:
+    sent = _run_with_next(emulator, name)
     assert sent["tu_odd"]["is_error"] is True
     text = sent["tu_odd"]["content"][0]["text"]
-    assert text.startswith("tool 'rawimage' returned content that cannot be sent as JSON") and "bytes" in text
+    assert text.startswith(f"tool {name!r} returned content that cannot be sent as JSON") and "bytes" in text
     assert sent["tu_next"]["content"] == [{"type": "text", "text": "next"}]
 
 
-def test_stockade_call_prints_an_unsendable_result_as_an_error() -> None:
+@pytest.mark.parametrize("name", ["rawimage", "rawblocks"])
+def test_stockade_call_prints_an_unsendable_result_as_an_error(name: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    args = [sys.executable, "-m", "stockade.supervisor.cli", "call", "rawimage", "--input", "{}"]
-    args += ["--tools", "sv_tools:rawimage"]
+    args = [sys.executable, "-m", "stockade.supervisor.cli", "call", name, "--input", "{}"]
+    args += ["--tools", f"sv_tools:{name}"]
     proc = subprocess.run(args, env=env, cwd=HERE, capture_output=True, text=True, timeout=45, check=False)
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "cannot be sent as JSON" in proc.stdout and "[failed, error]" in proc.stdout
