@@ -15,10 +15,11 @@ from typing import Any
 import anthropic
 import pytest
 from anthropic.lib.tools import beta_tool
+from msgspec.structs import replace
 from stockade.emulator.scenario import Scenario
 from stockade.emulator.server import Emulator
 
-from .conftest import API_KEY, HERE, run_scenario
+from .conftest import API_KEY, HERE, POLICY, run_scenario
 
 
 @beta_tool
@@ -302,3 +303,24 @@ def test_a_json_array_data_frame_is_a_read_error_the_run_reconnects_from(emulato
     out = run_scenario(emulator, {"steps": steps}, tools=OUR_TOOLS)
     assert out.error is None and [r.posted for r in out.records] == [True, True]
     assert out.endpoints().count("stream") >= 2
+
+
+def test_a_call_past_its_budget_is_ended_not_waited_for(emulator: Emulator) -> None:
+    # The kill of the whole process tree is tested in tests/sandbox (the worker may be in a PID namespace).
+    policies = {"slow": replace(POLICY, wall_timeout_s=1.0, grace_s=0.1)}
+    steps = [{"tool_use": "slow", "id": "tu_slow", "input": {"seconds": 60}}, WAIT_ALL, END]
+    out = run_scenario(emulator, {"steps": steps}, tools=["sv_tools:slow"], policies=policies)
+    assert [(e["is_error"], e["content"]) for e in out.posted()] == [
+        (True, [{"type": "text", "text": "tool 'slow' timed out after 1 s"}])
+    ]
+    assert out.elapsed_s < 20
+
+
+def test_output_past_the_limit_is_cut_with_a_marker(emulator: Emulator) -> None:
+    policies = {"big": replace(POLICY, max_output_bytes=1000)}
+    steps = [{"tool_use": "big", "id": "tu_big", "input": {"size": 5000}}, WAIT_ALL, END]
+    out = run_scenario(emulator, {"steps": steps}, tools=["sv_tools:big"], policies=policies)
+    (text,) = [block["text"] for block in out.posted()[0]["content"]]
+    assert text.startswith("x" * 900) and text.endswith(
+        "[stockade: output truncated: 1000 of 5000 bytes shown]"
+    )
