@@ -101,3 +101,17 @@ def test_permanent_is_4xx_but_408_409_429(status: int, permanent: bool) -> None:
 def test_backoff_schedules() -> None:
     assert [backoff_s(n, cap_s=30.0) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert [request_timeout_s(n) for n in range(6)] == [15, 30, 60, 120, 240, 240]
+
+
+def test_a_lone_surrogate_outside_text_is_folded_so_the_result_can_be_sent() -> None:
+    image = {"type": "image", "source": {"type": "url", "url": "u\ud800"}}
+    assert to_content("echo", [image]) == [{"type": "image", "source": {"type": "url", "url": "u\ufffd"}}]
+
+
+@pytest.mark.parametrize(
+    "result",
+    ["a\ud800", None, [], [SEARCH, REF, IMAGE, {"type": "text", "text": 5}, {"no": "type"}]],
+)
+def test_the_supervisor_re_run_of_the_conversion_changes_nothing(result: object) -> None:
+    once = to_content("echo", result)
+    assert to_content("echo", once) == once
