@@ -27,7 +27,7 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
 from stockade.supervisor.runner.journal import Journal
 from stockade.supervisor.runner.loop import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
-from stockade.supervisor.runner.post import sender
+from stockade.supervisor.runner.post import SendFn, sender
 from stockade.supervisor.runner.records import CallRecord, RunEnd
 from stockade.supervisor.runner.stream import SessionReader
 
@@ -176,7 +176,7 @@ class SessionRunner:
                 loop = SessionLoop(
                     config,
                     reader=SessionReader(client, self.session_id, self.stream_silence_s),
-                    send=sender(client, self.session_id),
+                    send=_sender(client, self.session_id),
                     sandbox=sandbox,
                     emit=lambda record: self._emit(record, sink),
                     on_event=self._fire_on_event,
@@ -264,3 +264,8 @@ def _async_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> ant
         default_headers=dict(client._custom_headers),
         default_query=dict(client._custom_query),
     )
+
+
+def _sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
+    """Posts one result event (rule K1); an unparseable 2xx is transient (see `post.sender`)."""
+    return sender(client, session_id)
