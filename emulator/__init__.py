@@ -70,7 +70,7 @@ Step kinds (options in brackets):
   `thread_idle = THREAD_ID` [stop_reason (default end_turn), event_ids].
 - `terminate = true` [id]; `delete = true` [id]; `archive = true` (no event; status → terminated).
 - `wait = [ids] | "all"` [timeout_s = 30, on_timeout]; `sleep = SECONDS`.
-- `drop_stream = eof|reset|stall|error_frame|malformed` (acts on the open streams now);
+- `drop_stream = eof|reset|stall|error_frame|malformed|json_array` (acts on the open streams now);
   `fault = {...}` (arms a fault, as in `[[faults]]`, from this point on).
 
 Reactions (api.md §8), when a posted (or scripted) result or confirmation resolves a call that blocked
@@ -90,6 +90,8 @@ Faults (`[[faults]]`, `fault = {...}` steps, or `emu.add_fault(sid, {...})`): on
     {on = "any", delay_s = 2}                                 # answer late (also delays stream headers)
     {stream = "eof", after_events = 3}                        # stream faults (on = "stream" implied):
     {stream = "reset"} {stream = "stall"} {stream = "error_frame"} {stream = "malformed"}
+    {stream = "json_array"}                                   # a data frame that is a JSON array
+    {on = "send", non_json = true}                            # 200 text/html reply to a result POST
     {no_match = true, times = 2}                              # 400 "`tool_use_id` ... does not match any
                                                               #   `agent.tool_use` event" (#1744)
     {on = "send", status = 413}                               # request_too_large

@@ -18,7 +18,7 @@ from stockade.emulator.errors import ScenarioError
 __all__ = ["ENDPOINTS", "STREAM_ACTIONS", "FaultBook", "FaultSpec", "parse_fault"]
 
 ENDPOINTS = ("stream", "list", "retrieve", "send", "any")
-STREAM_ACTIONS = ("eof", "reset", "stall", "error_frame", "malformed")
+STREAM_ACTIONS = ("eof", "reset", "stall", "error_frame", "malformed", "json_array")
 _REQUEST_ACTIONS = ("status", "non_json", "delay_s", "stream", "no_match")
 _EVENT_ACTIONS = ("duplicate", "missing")
 _MATCH_KEYS = ("on", "after", "times", "rate", "page")

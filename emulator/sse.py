@@ -1,8 +1,9 @@
 """Writes one SSE stream connection: event frames, keepalive comments and stream faults (api.md §4).
 
 Stream faults: `eof` (clean close), `reset` (TCP RST), `stall` (no more bytes, not even keepalives, until
-the client leaves), `error_frame` (an `event: error` frame) and `malformed` (a frame whose data is not
-JSON). A fault fires after `after_events` events were delivered on the connection.
+the client leaves), `error_frame` (an `event: error` frame), `malformed` (a frame whose data is not
+JSON) and `json_array` (a frame whose data is a JSON array, not an event object). A fault fires after
+`after_events` events were delivered on the connection.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ POLL_INTERVAL_S = 0.1
 """How often a quiet stream checks for emulator shutdown and a departed client."""
 _ERROR_FRAME = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
 _MALFORMED_FRAME = b'event: agent.message\ndata: {"type": "agent.message", "id": \n\n'
+_JSON_ARRAY_FRAME = b'event: agent.message\ndata: [{"type": "agent.message"}]\n\n'
 
 
 def frame(event: dict[str, Any]) -> bytes:
@@ -92,6 +94,8 @@ class StreamWriter:
             return True
         if action == "error_frame":
             self._write(f"event: error\ndata: {json.dumps(_ERROR_FRAME)}\n\n".encode())
+        elif action == "json_array":
+            self._write(_JSON_ARRAY_FRAME)
         else:
             self._write(_MALFORMED_FRAME)
         return False

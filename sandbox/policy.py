@@ -25,8 +25,9 @@ PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Limits and isolation for one tool. `None` means "no limit" for the optional limits."""
 
-    wall_timeout_s: PositiveFloat = 30.0
-    """Wall-clock budget of one call, enforced by the parent; the whole tree is killed at expiry."""
+    wall_timeout_s: PositiveFloat = 325.0
+    """Wall-clock budget of one call, enforced by the parent; the whole tree is killed at expiry.
+    The SDK runner's tool timeout, so a tool that works under the SDK is not killed here."""
     grace_s: Annotated[float, msgspec.Meta(ge=0)] = 0.5
     """Time between SIGTERM and SIGKILL when a call's tree is killed."""
     startup_timeout_s: PositiveFloat = 10.0

@@ -4,7 +4,8 @@ CONTRACT (used by stockade.sandbox.child.worker; keep these signatures):
 - `Tool`: `name`, `description`, `input_schema` (JSON schema dict), `invoke(input, ctx) -> list[dict]`
   which returns the result converted to session content blocks (runner rule J4, "(no output)"), or raises
   `ToolError` (deliberate error content, `.blocks()` gives its blocks), `BadResult` (the tool returned
-  junk; its message is the error text), or any other exception (the worker reports `repr(exc)`).
+  junk; its message is the error text), or any other exception (the worker reports `repr(exc)`, cut
+  to 4,096 characters).
 - `ToolContext`: `workdir` (pathlib.Path), `thread` (session thread id or None), `call_id`, and
   optionally `timeout_s` (the call's wall budget, so tools with their own timeout stay inside it) and
   `roots` (directories outside the workdir the file tools may also reach).

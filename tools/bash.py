@@ -23,7 +23,9 @@ BASH_DEFAULT_TIMEOUT_S = 295.0
 """The SDK's default; the session runner's own 325 s tool timeout is longer, so bash reports first."""
 BASH_TIMEOUT_MARGIN_SHARE = 0.1
 BASH_TIMEOUT_MARGIN_MIN_S = 0.5
-"""Part of the call's wall budget left for bash to kill the shell and report before the sandbox acts."""
+BASH_TIMEOUT_MARGIN_MAX_S = 30.0
+"""Part of the call's wall budget left for bash to kill the shell and report before the sandbox acts:
+10 %, between 0.5 s and 30 s, so the default 325 s budget nests bash's 295 s as the SDK does."""
 
 _HOW_TO_RESTART = (
     "Call bash with restart set to true to start a new one. It starts in the original working directory, "
@@ -41,7 +43,8 @@ def default_timeout_s(ctx: ToolContext) -> float:
     """The command timeout when the input gives none: inside the call's wall budget when it is known."""
     if ctx.timeout_s is None:
         return BASH_DEFAULT_TIMEOUT_S
-    margin_s = max(BASH_TIMEOUT_MARGIN_MIN_S, ctx.timeout_s * BASH_TIMEOUT_MARGIN_SHARE)
+    share_s = min(BASH_TIMEOUT_MARGIN_MAX_S, ctx.timeout_s * BASH_TIMEOUT_MARGIN_SHARE)
+    margin_s = max(BASH_TIMEOUT_MARGIN_MIN_S, share_s)
     return max(BASH_TIMEOUT_MARGIN_MIN_S, min(BASH_DEFAULT_TIMEOUT_S, ctx.timeout_s - margin_s))
 
 

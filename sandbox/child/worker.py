@@ -46,6 +46,7 @@ from stockade.sandbox.wire.protocol import (
     encode,
 )
 from stockade.tools.base import BadResult, Tool, ToolContext, ToolError
+from stockade.tools.content import error_text
 from stockade.tools.registry import ToolLoadError, load_tools
 
 __all__ = ["EXIT_OK", "EXIT_PROTOCOL", "EXIT_REFUSED", "EXIT_USAGE", "main"]
@@ -180,7 +181,9 @@ class Worker:
         except (BadResult, ToolLoadError) as exc:
             return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
         except BaseException as exc:  # Any tool failure is reported, never fatal.
-            return ToolFailed(request.call_id, type(exc).__name__, repr(exc), resource=_resource_of(exc))
+            return ToolFailed(
+                request.call_id, type(exc).__name__, error_text(exc), resource=_resource_of(exc)
+            )
 
     def _ok(self, request: RunTool, blocks: list[dict[str, Any]]) -> ToolOk | ToolFailed:
         try:

@@ -24,6 +24,7 @@ from stockade.sandbox.outcome import (
     over_limit,
 )
 from stockade.sandbox.wire.protocol import ToolFailed, ToolOk
+from stockade.tools.content import BadResult, to_content
 
 __all__ = [
     "call_usage",
@@ -64,8 +65,14 @@ def reply_outcome(
 ) -> ToolOutcome:
     """The outcome of a call the worker answered: completed, failed, or over a limit it reported."""
     usage = call_usage(worker, started, reply.usage.cpu_s, reply.usage.max_rss_bytes)
+    try:
+        # The worker is untrusted: its blocks go through the worker's own conversion again, so every
+        # consumer (a session, `stockade call`, the Messages adapter) gets blocks it can encode.
+        blocks = None if reply.blocks is None else to_content(tool, reply.blocks)
+    except BadResult as exc:
+        return Failed(tool=tool, usage=usage, error_type="BadResult", message=str(exc))
     if isinstance(reply, ToolOk):
-        return Completed(tool=tool, usage=usage, blocks=reply.blocks, truncated=reply.truncated)
+        return Completed(tool=tool, usage=usage, blocks=blocks or [], truncated=reply.truncated)
     hit = over_limit(tool, worker.policy, reply.resource, usage) if reply.resource else None
     if hit is not None:
         return hit
@@ -74,7 +81,7 @@ def reply_outcome(
         usage=usage,
         error_type=reply.error_type,
         message=reply.message,
-        blocks=reply.blocks,
+        blocks=blocks,
     )
 
 

@@ -27,9 +27,8 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
 from stockade.supervisor.runner.journal import Journal
 from stockade.supervisor.runner.loop import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
-from stockade.supervisor.runner.post import SendFn
+from stockade.supervisor.runner.post import SendFn, sender
 from stockade.supervisor.runner.records import CallRecord, RunEnd
-from stockade.supervisor.runner.results import ResultParams
 from stockade.supervisor.runner.stream import SessionReader
 
 __all__ = ["DEFAULT_MAX_IDLE_S", "DEFAULT_STREAM_SILENCE_S", "SessionRunner"]
@@ -274,10 +273,5 @@ def _async_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> ant
 
 
 def _sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
-    """Posts one result event (rule K1: one event per request)."""
-
-    async def send(result: ResultParams, timeout_s: float) -> None:
-        call = client.beta.sessions.events.send(session_id, events=[result], timeout=timeout_s)  # type: ignore[list-item]
-        await asyncio.wait_for(call, timeout_s)
-
-    return send
+    """Posts one result event (rule K1); an unparseable 2xx is transient (see `post.sender`)."""
+    return sender(client, session_id)

@@ -4,6 +4,8 @@ While the run is active a transient failure is retried without limit, `uniform(b
 `b = min(30 s, 2**n s)`. Once the run is stopping, retries wait for the end of a window counted from
 the first attempt (300 s: a work item's lease TTL) and make one last attempt. A permanent refusal is
 not retried, except that a 400/413 is answered once more with a short error result in its place.
+A 2xx whose body is not JSON (a proxy's HTML page) is transient like a 5xx: the event may never have
+reached the API, so counting it as accepted could lose the result.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ from stockade.supervisor.runner.retry import (
     backoff_s,
     is_permanent,
     jitter_s,
+    json_object,
     request_timeout_s,
 )
 from stockade.supervisor.runner.view import Event
 
-__all__ = ["SEND_BACKOFF_CAP_S", "SEND_RETRY_WINDOW_S", "ResultPoster", "SendFn"]
+__all__ = ["SEND_BACKOFF_CAP_S", "SEND_RETRY_WINDOW_S", "ResultPoster", "SendFn", "sender"]
 
 SEND_BACKOFF_CAP_S = 30.0
 # From its first attempt, how long a failing send may delay a stopping run (a work item's lease TTL).
@@ -36,6 +39,17 @@ SendFn = Callable[[ResultParams, float], Awaitable[None]]
 """Sends one result event, bounded by the given timeout in seconds; raises the API's errors."""
 
 log = logging.getLogger(__name__)
+
+
+def sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
+    """Posts one result event per request (rule K1); an unparseable 2xx raises `NonJSONResponse`."""
+
+    async def send(result: ResultParams, timeout_s: float) -> None:
+        raw = client.beta.sessions.events.with_raw_response
+        call = raw.send(session_id, events=[result], timeout=timeout_s)  # type: ignore[list-item]
+        json_object(await asyncio.wait_for(call, timeout_s))
+
+    return send
 
 
 class ResultPoster:

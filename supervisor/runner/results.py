@@ -4,12 +4,11 @@ the session receives (runner rules J3, J4, J5, E3, K4).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stockade.sandbox.outcome import ToolOutcome
 from stockade.supervisor.runner.view import Event
+from stockade.tools.content import NO_OUTPUT, BadResult, to_content, well_formed
 
 __all__ = [
     "NO_OUTPUT",
@@ -20,40 +19,15 @@ __all__ = [
     "refused_text",
     "stopped_text",
     "timed_out_text",
-    "to_session_content",
     "unrunnable_text",
 ]
 
-NO_OUTPUT = "(no output)"
 Block = dict[str, Any]
 ResultParams = dict[str, Any]
-_PASS_THROUGH_TYPES = frozenset({"image", "document"})
 
 
 def _text(text: str) -> Block:
-    return {"type": "text", "text": text or NO_OUTPUT}
-
-
-def to_session_content(content: object) -> list[Block]:
-    """Tool output as Sessions-API content blocks (J4); raises `TypeError` for anything else."""
-    if content is None or isinstance(content, str):
-        return [_text(content or "")]
-    if not isinstance(content, Sequence) or not all(isinstance(b, Mapping) for b in content):
-        raise TypeError("neither a string nor content blocks")
-    blocks = [_block(block) for block in content]
-    return blocks or [_text("")]
-
-
-def _block(block: Mapping[str, Any]) -> Block:
-    kind = block.get("type")
-    if kind == "text":
-        return _text(str(block.get("text") or ""))
-    if kind == "search_result":
-        # `citations` is required by the Sessions API and optional in the Messages API.
-        return {"citations": {"enabled": False}, **block}
-    if kind in _PASS_THROUGH_TYPES:
-        return dict(block)
-    return _text(json.dumps(block))
+    return {"type": "text", "text": well_formed(text) or NO_OUTPUT}
 
 
 def build_result(call: Event, content: list[Block], *, is_error: bool) -> ResultParams:
@@ -74,11 +48,15 @@ def error_result(call: Event, text: str) -> ResultParams:
 
 
 def outcome_result(call: Event, outcome: ToolOutcome) -> ResultParams:
-    """The result for a sandbox outcome; junk content becomes an error result (J4)."""
+    """The result for a sandbox outcome; content that cannot be sent becomes an error result (J4).
+
+    The sandbox already converted the worker's blocks with the same function; this last pass covers
+    outcomes built anywhere else, so nothing reaches the API client that it cannot encode.
+    """
     try:
-        content = to_session_content(outcome.content())
-    except TypeError:
-        return error_result(call, f"tool {call.get('name')!r} returned neither a string nor content blocks")
+        content = to_content(str(call.get("name")), outcome.content())
+    except BadResult as exc:
+        return error_result(call, str(exc))
     return build_result(call, content, is_error=outcome.is_error)
 
 

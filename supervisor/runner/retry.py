@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import anthropic
 import httpx2  # the transport of anthropic 2.x (a fork of httpx)
@@ -22,6 +23,7 @@ __all__ = [
     "backoff_s",
     "is_permanent",
     "jitter_s",
+    "json_object",
     "request_timeout_s",
 ]
 
@@ -72,3 +74,19 @@ def is_permanent(exc: BaseException) -> bool:
 def request_timeout_s(attempt: int) -> float:
     """The bound of one request on its `attempt`-th try (0-based): 15 s doubling to 240 s."""
     return backoff_s(attempt, cap_s=REQUEST_TIMEOUT_CAP_S, base_s=REQUEST_TIMEOUT_S)
+
+
+def json_object(response: object) -> dict[str, Any]:
+    """The JSON object body of a raw 2xx response; `NonJSONResponse` (transient) when it is not one.
+
+    A proxy's HTML page, a cut-off body or a bare value is not a reply of the API: a read must not
+    trust it, and a send must not count it as accepted (the event may never have reached the API).
+    """
+    http = getattr(response, "http_response", None)
+    try:
+        body = json.loads(http.content) if http is not None else None
+    except ValueError as exc:
+        raise NonJSONResponse("the response is not JSON") from exc
+    if not isinstance(body, dict):
+        raise NonJSONResponse("the response is not a JSON object")
+    return body

@@ -9,7 +9,6 @@ status are read as raw JSON, so a 200 that is not JSON is a transient `NonJSONRe
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any, cast
 import anthropic
 import httpx2  # the transport of anthropic 2.x
 from stockade.supervisor.runner.defaults import HISTORY_PAGE_LIMIT
-from stockade.supervisor.runner.retry import NonJSONResponse, request_timeout_s
+from stockade.supervisor.runner.retry import NonJSONResponse, json_object, request_timeout_s
 from stockade.supervisor.runner.view import Event
 
 __all__ = ["HISTORY_PAGE_LIMIT", "Connection", "SessionReader", "event_dict"]
@@ -100,7 +99,7 @@ class SessionReader:
     async def _status(self, timeout_s: float) -> str:
         raw = self._client.beta.sessions.with_raw_response
         response = await asyncio.wait_for(raw.retrieve(self.session_id, timeout=timeout_s), timeout_s)
-        return str(_json_object(response).get("status", ""))
+        return str(json_object(response).get("status", ""))
 
     async def _history(self, timeout_s: float) -> list[Event]:
         raw = self._client.beta.sessions.events.with_raw_response
@@ -113,19 +112,8 @@ class SessionReader:
                 timeout=timeout_s,
                 page=cursor if cursor else anthropic.omit,
             )
-            page = _json_object(await asyncio.wait_for(page_call, timeout_s))
+            page = json_object(await asyncio.wait_for(page_call, timeout_s))
             history.extend(event for event in page.get("data") or () if isinstance(event, dict))
             cursor = page.get("next_page") or None
             if cursor is None:
                 return history
-
-
-def _json_object(response: object) -> dict[str, Any]:
-    http = getattr(response, "http_response", None)
-    try:
-        body = json.loads(http.content) if http is not None else None
-    except ValueError as exc:
-        raise NonJSONResponse("the response is not JSON") from exc
-    if not isinstance(body, dict):
-        raise NonJSONResponse("the response is not a JSON object")
-    return body

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stockade.tools.base import ToolError, tool
+from stockade.tools.base import Tool, ToolContext, ToolError, tool
 
 
 @tool
@@ -48,3 +48,62 @@ def blocks() -> list[dict[str, Any]]:
 def big(size: int = 100) -> str:
     """Return `size` characters."""
     return "x" * size
+
+
+# Content conversion (rule J4) and deliberate differences from the SDK's runner: test_differential.py.
+
+
+@tool
+def surrogate() -> str:
+    """Return a string with a lone surrogate."""
+    return "a\ud800b"
+
+
+@tool
+def typeless() -> list[dict[str, Any]]:
+    """Return a block without a `type`."""
+    return [{"no": "type"}]
+
+
+@tool
+def numtext() -> list[dict[str, Any]]:
+    """Return a text block whose text is a number."""
+    return [{"type": "text", "text": 123}]
+
+
+@tool
+def single() -> dict[str, Any]:
+    """Return one block instead of a list."""
+    return {"type": "text", "text": "x"}
+
+
+@tool
+def longboom() -> str:
+    """Raise an exception with a 10,000-character text."""
+    raise RuntimeError("x" * 10_000)
+
+
+@tool
+def rawimage() -> list[dict[str, Any]]:
+    """Return an image block whose source data is raw bytes (cannot be sent as JSON)."""
+    return [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b"\x89PNG"}}]
+
+
+@tool
+def sysexit() -> str:
+    """Raise SystemExit(3)."""
+    raise SystemExit(3)
+
+
+class _UncheckedBlocks(Tool):
+    """Hands the worker raw blocks, skipping the worker's conversion: as a compromised worker would."""
+
+    def invoke(self, input: dict[str, Any], ctx: ToolContext) -> list[dict[str, Any]]:
+        return [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b"\x89PNG"}}
+        ]
+
+
+rawblocks = _UncheckedBlocks(
+    "rawblocks", "Send an image block with raw bytes, unchecked.", {"type": "object"}
+)

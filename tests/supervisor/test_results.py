@@ -6,8 +6,9 @@ import anthropic
 import httpx
 import pytest
 from stockade.sandbox.outcome import Completed, Failed, TimedOut
-from stockade.supervisor.runner.results import build_result, outcome_result, to_session_content
+from stockade.supervisor.runner.results import build_result, outcome_result
 from stockade.supervisor.runner.retry import backoff_s, is_permanent, request_timeout_s
+from stockade.tools.content import to_content
 
 TU = {"type": "agent.tool_use", "id": "tu_1", "name": "echo"}
 SEARCH = {"type": "search_result", "source": "s", "title": "t", "content": []}
@@ -47,7 +48,7 @@ CTU = {"type": "agent.custom_tool_use", "id": "ctu_1", "name": "echo"}
     ],
 )
 def test_content_conversion(content: object, expected: list[dict[str, object]]) -> None:
-    assert to_session_content(content) == expected
+    assert to_content("echo", content) == expected
 
 
 def test_junk_content_becomes_an_error_result() -> None:
@@ -100,3 +101,17 @@ def test_permanent_is_4xx_but_408_409_429(status: int, permanent: bool) -> None:
 def test_backoff_schedules() -> None:
     assert [backoff_s(n, cap_s=30.0) for n in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert [request_timeout_s(n) for n in range(6)] == [15, 30, 60, 120, 240, 240]
+
+
+def test_a_lone_surrogate_outside_text_is_folded_so_the_result_can_be_sent() -> None:
+    image = {"type": "image", "source": {"type": "url", "url": "u\ud800"}}
+    assert to_content("echo", [image]) == [{"type": "image", "source": {"type": "url", "url": "u\ufffd"}}]
+
+
+@pytest.mark.parametrize(
+    "result",
+    ["a\ud800", None, [], [SEARCH, REF, IMAGE, {"type": "text", "text": 5}, {"no": "type"}]],
+)
+def test_the_supervisor_re_run_of_the_conversion_changes_nothing(result: object) -> None:
+    once = to_content("echo", result)
+    assert to_content("echo", once) == once

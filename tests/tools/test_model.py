@@ -86,7 +86,8 @@ SEARCH = {"type": "search_result", "source": "s", "title": "t", "content": [{"ty
         (None, [{"type": "text", "text": "(no output)"}]),
         ([], [{"type": "text", "text": "(no output)"}]),
         ([{"type": "text", "text": ""}], [{"type": "text", "text": "(no output)"}]),
-        (IMAGE, [IMAGE]),
+        ([{"no": "type"}], [{"type": "text", "text": '{"no": "type"}'}]),
+        ([{"type": "text", "text": "a\ud800b"}], [{"type": "text", "text": "a\ufffdb"}]),
         ([IMAGE, {"type": "text", "text": "t"}], [IMAGE, {"type": "text", "text": "t"}]),
         ([SEARCH], [{"citations": {"enabled": False}, **SEARCH}]),
         ([{**SEARCH, "citations": {"enabled": True}}], [{**SEARCH, "citations": {"enabled": True}}]),
@@ -101,7 +102,7 @@ def test_results_become_session_content(result: object, expected: list[dict[str,
     assert t.invoke({}, ToolContext(Path("/"))) == expected
 
 
-@pytest.mark.parametrize("junk", [42, b"bytes", [1, 2], [{"no": "type"}], object()])
+@pytest.mark.parametrize("junk", [42, b"bytes", [1, 2], IMAGE, object()])
 def test_junk_result_is_bad_result(junk: object) -> None:
     @tool
     def f() -> Any:
