@@ -1,0 +1,148 @@
+"""What a worker may read, and the secrets no allow rule re-opens (the inputs of Landlock's rules).
+
+`read_roots()` is the system a program needs (`/usr`, `/lib*`, `/bin`, `/etc`, `/proc`, a few
+`/dev` nodes and `/sys` files) plus the interpreter, its `sys.path` and editable sources.
+`denied_paths()` is the built-in deny list: credentials and histories under every home directory on
+the host (as sandbox-runtime keeps) and the host's own secrets in `/etc`. Landlock only allows, so
+"deny" means: `plan()` never adds a rule covering a denied path; an allowed directory containing
+one is replaced by rules for its children, recursively, minus the denied ones. A policy re-opens a
+denied path only by naming that exact path (or a path inside it) as a read-only or writable path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+
+from stockade.sandbox.isolation.fsconfine import interpreter_paths
+
+__all__ = ["HOME_SECRETS", "SYSTEM_READ", "denied_paths", "plan", "read_roots"]
+
+SYSTEM_READ = (
+    "/usr",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/bin",
+    "/sbin",
+    "/etc",
+    "/proc",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/pts",
+    "/dev/ptmx",
+    "/sys/devices/system/cpu",  # os.cpu_count() relatives, nproc, BLAS thread pools
+    "/sys/fs/cgroup",  # runtimes size themselves from their cgroup limits (writes stay denied)
+    "/run/systemd/resolve",  # where /etc/resolv.conf points on systemd hosts
+)
+HOME_SECRETS = (
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker/config.json",
+    ".netrc",
+    ".git-credentials",
+    ".pypirc",
+    ".npmrc",
+    ".config/gh",
+    ".config/anthropic",
+    ".claude/.credentials.json",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".vault-token",
+    ".password-store",
+    ".local/share/keyrings",
+    ".bash_history",
+    ".zsh_history",
+    ".sh_history",
+    ".history",
+    ".histfile",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".lesshst",
+    ".local/share/fish/fish_history",
+)
+SYSTEM_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+)
+SYSTEM_SECRET_GLOBS = ("/etc/ssh/ssh_host_*_key",)
+
+
+def read_roots() -> list[str]:
+    """System directories, device nodes and the interpreter's paths (those that exist)."""
+    return [p for p in (*SYSTEM_READ, *interpreter_paths()) if os.path.lexists(p)]
+
+
+def _homes() -> set[str]:
+    homes = {"/root", os.path.expanduser("~")}
+    with contextlib.suppress(OSError, KeyError):
+        homes.update(entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir.startswith("/"))
+    return {h for h in homes if h not in ("/", "") and os.path.isdir(h)}
+
+
+def denied_paths() -> set[str]:
+    """Every secret on this host, by its path and by its resolved path."""
+    paths = {os.path.join(home, rel) for home in _homes() for rel in HOME_SECRETS}
+    paths.update(SYSTEM_SECRETS)
+    for pattern in SYSTEM_SECRET_GLOBS:
+        paths.update(glob.glob(pattern))
+    existing = {p for p in paths if os.path.lexists(p)}
+    return {os.path.normpath(p) for p in existing} | {os.path.realpath(p) for p in existing}
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _expand(path: str, rights: int, denied: set[str], out: dict[str, int]) -> None:
+    """Grant `rights` beneath `path`, except beneath denied paths."""
+    below = [d for d in denied if d != path and _inside(d, path)]
+    if not below:
+        out[path] = out.get(path, 0) | rights
+        return
+    try:
+        entries = sorted(os.listdir(path))
+    except OSError:
+        return  # unreadable: grant nothing rather than the whole folder
+    for name in entries:
+        child = os.path.join(path, name)
+        if child not in denied:
+            _expand(child, rights, denied, out)
+
+
+def plan(roots: Mapping[str, int], named: Iterable[str], denied: Iterable[str]) -> dict[str, int]:
+    """Rules (path → rights) for `roots`, none covering a denied path the policy did not name.
+
+    `named` are the paths a policy gave explicitly (workdir, read-only and writable paths): naming a
+    denied path, or a path inside one, allows it.
+    """
+    named_set = {os.path.realpath(p) for p in named} | {os.path.normpath(p) for p in named}
+    deny = {d for d in denied if d not in named_set}
+    out: dict[str, int] = {}
+    for root, rights in roots.items():
+        for path in {os.path.normpath(root), os.path.realpath(root)}:
+            if path not in named_set and any(_inside(path, d) for d in deny):
+                continue
+            _expand(path, rights, deny, out)
+    return out
