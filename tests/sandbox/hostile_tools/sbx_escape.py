@@ -178,9 +178,12 @@ def _canary_in(data: bytes, canary: str) -> bool:
 
 
 def key_hunt_proc(canary: str) -> str:
-    """Every process's environ, cmdline and readable memory, as far as /proc gives them."""
+    """Every other process's environ, cmdline and readable memory, as far as /proc gives them (our
+    own memory holds the canary: it is this call's input)."""
     found = []
     for entry in glob.glob("/proc/[0-9]*"):
+        if entry == f"/proc/{os.getpid()}":
+            continue
         for name in ("environ", "cmdline"):
             with contextlib.suppress(OSError), open(f"{entry}/{name}", "rb") as handle:
                 if _canary_in(handle.read(), canary):
