@@ -51,10 +51,7 @@ def _site_packages() -> str:
 
 def _world_reachable(path: str) -> bool:
     current = Path(path).resolve()
-    for part in [current, *current.parents]:
-        if not part.stat().st_mode & 0o005:
-            return False
-    return True
+    return all(part.stat().st_mode & 0o005 for part in [current, *current.parents])
 
 
 class UnprivUser:
@@ -66,14 +63,14 @@ class UnprivUser:
         self.uid, self.gid = entry.pw_uid, entry.pw_gid
 
     @classmethod
-    def create(cls) -> UnprivUser:
+    def create(cls, *, venv: bool = True) -> UnprivUser:
         name = f"stk-filt-{uuid.uuid4().hex[:6]}"
         home = Path("/home") / name
         subprocess.run(["useradd", "-m", "-d", str(home), "-s", "/bin/bash", name], check=True, timeout=30)
-        venv = Path(tempfile.mkdtemp(prefix="stockade-unpriv-venv-"))
-        user = cls(name, home, venv)
+        user = cls(name, home, Path(tempfile.mkdtemp(prefix="stockade-unpriv-venv-")))
         user._plant()
-        user._make_venv()
+        if venv:
+            user._make_venv()
         return user
 
     def _plant(self) -> None:

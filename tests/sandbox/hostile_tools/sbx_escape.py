@@ -249,18 +249,34 @@ def write_file(path: str) -> str:
 
 
 def write_existing(path: str) -> str:
-    """Write into an existing kernel knob (/proc/sys, /sys, cgroup files); never creates."""
+    """Write a kernel knob's own value back (/proc/sys, /sys, cgroup files): harmless if it lands,
+    and proof of write access; `cgroup.procs` gets our pid (leaving the cage's cgroup)."""
     try:
+        value = f"{os.getpid()}\n".encode() if path.endswith("cgroup.procs") else open(path, "rb").read()  # noqa: SIM115
         fd = os.open(path, os.O_WRONLY)
     except OSError as exc:
         return f"blocked: {_errname(exc.errno or 0)}"
     try:
-        os.write(fd, b"max\n" if "cgroup" in path else b"0\n")
+        os.write(fd, value)
     except OSError as exc:
-        return f"blocked: opened but write refused ({_errname(exc.errno or 0)})"
+        return f"blocked: opened, write refused ({_errname(exc.errno or 0)})"
     finally:
         os.close(fd)
     return f"ESCAPED: wrote {path}"
+
+
+def own_cgroup_files(_: str) -> str:
+    """Every cgroup file that caps us (memory.max, pids.max, ...) and every controller root's
+    cgroup.procs: a write to any of them lifts the cage's limits."""
+    targets = glob.glob("/sys/fs/cgroup/cgroup.procs") + glob.glob("/sys/fs/cgroup/*/cgroup.procs")
+    with contextlib.suppress(OSError):
+        for line in open("/proc/self/cgroup").read().splitlines():  # noqa: SIM115
+            _, controllers, rel = line.split(":", 2)
+            base = "/sys/fs/cgroup" + (f"/{controllers.replace('name=', '')}" if controllers else "")
+            for name in ("memory.max", "memory.limit_in_bytes", "pids.max", "cpu.max"):
+                targets += glob.glob(f"{base}{rel}/{name}") + glob.glob(f"/sys/fs/cgroup/unified{rel}/{name}")
+    escaped = [t for t in sorted(set(targets)) if write_existing(t).startswith("ESCAPED")]
+    return f"ESCAPED: {escaped}" if escaped else f"blocked: {len(set(targets))} files refused"
 
 
 def read_file(path: str) -> str:
@@ -358,6 +374,7 @@ ATTACKS: dict[str, Callable[[str], str]] = {
     "signal_target": signal_target,
     "write_file": write_file,
     "write_existing": write_existing,
+    "own_cgroup_files": own_cgroup_files,
     "read_file": read_file,
     "list_dir": list_dir,
     "setuid_binary": setuid_binary,
