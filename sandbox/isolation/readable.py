@@ -12,7 +12,6 @@ denied path only by naming that exact path (or a path inside it) as a read-only 
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import pwd
 from collections.abc import Iterable, Mapping
@@ -86,7 +85,8 @@ SYSTEM_SECRETS = (
     "/etc/ssl/private",
     "/etc/security/opasswd",
 )
-SYSTEM_SECRET_GLOBS = ("/etc/ssh/ssh_host_*_key",)
+SSH_HOST_KEYS = ("/etc/ssh", "ssh_host_", "_key")
+"""The host's private ssh keys: `/etc/ssh/ssh_host_*_key` (the folder, a prefix, a suffix)."""
 
 
 def read_roots() -> list[str]:
@@ -101,13 +101,31 @@ def _homes() -> set[str]:
     return {h for h in homes if h not in ("/", "") and os.path.isdir(h)}
 
 
+def _dac_protected(path: str) -> bool:
+    """True if file permissions alone keep this process out of `path` for good: not its owner (so
+    it cannot chmod it) and no access (a folder: not even traversal). Carving such a path out of
+    the rules would only cost rules (`/etc` has ~170 children) without protecting anything."""
+    try:
+        if os.stat(path).st_uid == os.geteuid():
+            return False
+    except OSError:
+        return True  # unreachable
+    if os.path.isdir(path):
+        return not os.access(path, os.X_OK)
+    return not os.access(path, os.R_OK) and not os.access(path, os.W_OK)
+
+
 def denied_paths() -> set[str]:
-    """Every secret on this host, by its path and by its resolved path."""
+    """Every secret on this host that this process could otherwise reach, by its path and by its
+    resolved path."""
     paths = {os.path.join(home, rel) for home in _homes() for rel in HOME_SECRETS}
     paths.update(SYSTEM_SECRETS)
-    for pattern in SYSTEM_SECRET_GLOBS:
-        paths.update(glob.glob(pattern))
-    existing = {p for p in paths if os.path.lexists(p)}
+    folder, prefix, suffix = SSH_HOST_KEYS
+    with contextlib.suppress(OSError):
+        paths.update(
+            os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(suffix)
+        )
+    existing = {p for p in paths if os.path.lexists(p) and not _dac_protected(p)}
     return {os.path.normpath(p) for p in existing} | {os.path.realpath(p) for p in existing}
 
 

@@ -18,10 +18,8 @@ modules are imported: the namespace and keyring steps before it need the very sy
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
-import platform
 import struct
 from dataclasses import dataclass
 
@@ -151,7 +149,7 @@ _ARCHES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": AARCH64, "arm64": AARCH
 
 def host_arch() -> Arch:
     """The running architecture; OSError(ENOSYS) where the filter has no syscall table for it."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     if machine not in _ARCHES:
         raise OSError(errno.ENOSYS, f"no seccomp syscall table for {machine or 'this machine'}")
     return _ARCHES[machine]
@@ -224,6 +222,11 @@ def build_filter(arch: Arch) -> bytes:
     return p.assemble()
 
 
+def _libc() -> ctypes.CDLL:
+    # The symbols already loaded in this process: find_library would spawn ldconfig (~100 ms).
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
@@ -237,7 +240,7 @@ def apply_seccomp() -> str:
     program = build_filter(arch)
     buffer = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc()
     libc.syscall.restype = ctypes.c_long
     result = libc.syscall(
         ctypes.c_long(arch.seccomp),
@@ -254,7 +257,7 @@ def apply_seccomp() -> str:
 def seccomp_probe() -> str:
     """Install the filter in this (throwaway, no_new_privs) process and check it refuses unshare."""
     detail = apply_seccomp()
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc()
     if libc.unshare(ctypes.c_int(0)) == 0 or ctypes.get_errno() != errno.EPERM:
         raise OSError(errno.EINVAL, "filter installed but unshare was not refused")
     return detail
