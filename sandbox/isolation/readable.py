@@ -75,6 +75,8 @@ HOME_SECRETS = (
     ".lesshst",
     ".local/share/fish/fish_history",
 )
+FIRST_PERSON_UID = 1000
+"""Accounts from this uid up are people (login.defs' UID_MIN on Debian, Fedora, Arch)."""
 SYSTEM_SECRETS = (
     "/etc/shadow",
     "/etc/shadow-",
@@ -94,11 +96,20 @@ def read_roots() -> list[str]:
     return [p for p in (*SYSTEM_READ, *interpreter_paths()) if os.path.lexists(p)]
 
 
-def _homes() -> set[str]:
-    homes = {"/root", os.path.expanduser("~")}
+def _homes() -> tuple[set[str], set[str]]:
+    """(every home in the user database, the homes of people): system accounts' homes such as
+    `/usr/sbin` or `/bin` count only where a secret really exists in them."""
+    # Not $HOME: the worker's HOME is its workdir.
+    people = {"/root"}
+    every = set(people)
     with contextlib.suppress(OSError, KeyError):
-        homes.update(entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir.startswith("/"))
-    return {h for h in homes if h not in ("/", "") and os.path.isdir(h)}
+        for entry in pwd.getpwall():
+            every.add(entry.pw_dir)
+            if entry.pw_uid >= FIRST_PERSON_UID or entry.pw_dir.startswith("/home/"):
+                people.add(entry.pw_dir)
+    people = {h for h in people if not any(_inside(h, root) for root in SYSTEM_READ)}
+    every = {h for h in every if h.startswith("/") and h != "/" and os.path.isdir(h)}
+    return every, people & every
 
 
 def _dac_protected(path: str) -> bool:
@@ -118,7 +129,10 @@ def _dac_protected(path: str) -> bool:
 def denied_paths() -> set[str]:
     """Every secret on this host that this process could otherwise reach, by its path and by its
     resolved path."""
-    paths = {os.path.join(home, rel) for home in _homes() for rel in HOME_SECRETS}
+    every, people = _homes()
+    # Absent secrets of a person's reachable home are denied too: one created later stays denied.
+    absent_ok = {os.path.join(h, rel) for h in people if not _dac_protected(h) for rel in HOME_SECRETS}
+    paths = {os.path.join(home, rel) for home in every for rel in HOME_SECRETS}
     paths.update(SYSTEM_SECRETS)
     folder, prefix, suffix = SSH_HOST_KEYS
     with contextlib.suppress(OSError):
@@ -126,7 +140,9 @@ def denied_paths() -> set[str]:
             os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(prefix) and n.endswith(suffix)
         )
     existing = {p for p in paths if os.path.lexists(p) and not _dac_protected(p)}
-    return {os.path.normpath(p) for p in existing} | {os.path.realpath(p) for p in existing}
+    absent = {p for p in absent_ok if not os.path.lexists(p)}
+    resolved = {os.path.realpath(p) for p in existing}
+    return {os.path.normpath(p) for p in existing | absent} | resolved
 
 
 def _inside(path: str, root: str) -> bool:

@@ -89,6 +89,30 @@ def test_writable_home_keeps_its_secrets_unwritable(user: Any) -> None:
     assert not (user.home / ".ssh" / "authorized_keys").exists()
 
 
+def test_hard_link_of_a_secret_into_a_writable_folder_is_refused(user: Any) -> None:
+    home = str(user.home)
+    policy = msgspec.structs.replace(kit.POLICY, writable_paths=(f"{home}/project",))
+    (result,) = attempts([("link_read", f"{home}/.ssh/id_rsa:{home}/project/stolen")], policy)
+    assert result.startswith("blocked"), result
+
+
+def test_a_secret_created_after_the_worker_started_stays_denied(user: Any) -> None:
+    home = str(user.home)
+    policy = msgspec.structs.replace(kit.POLICY, read_only_paths=(home,), pool_size=1)
+
+    async def scenario(sandbox: Sandbox) -> None:
+        warm = CallRequest(call_id="w", name="echo", ref=kit.REF, input={"text": "x"})
+        assert (await sandbox.run(warm)).kind == "completed"  # the worker's rules are set now
+        (user.home / ".netrc").write_text("machine x password hunter2\n")
+        (user.home / ".netrc").chmod(0o644)
+        batch = json.dumps([("read_file", f"{home}/.netrc")])
+        request = CallRequest(call_id="r", name="attempts", ref="sbx_escape:attempts", input={"batch": batch})
+        outcome = await sandbox.run(request)
+        assert json.loads(outcome.content()[0]["text"]) == ["blocked: EACCES"]
+
+    kit.in_sandbox(scenario, default=policy)
+
+
 def test_naming_the_exact_path_reopens_it(user: Any) -> None:
     home = str(user.home)
     policy = msgspec.structs.replace(kit.POLICY, read_only_paths=(f"{home}/.ssh",))

@@ -289,6 +289,16 @@ def read_file(path: str) -> str:
     return f"ESCAPED: read {len(data)} bytes" if data else "blocked: reads as empty"
 
 
+def link_read(paths: str) -> str:
+    """Hard-link a secret ("SECRET:DEST") into a readable folder, then read it there."""
+    secret, dest = paths.split(":")
+    try:
+        os.link(secret, dest)
+    except OSError as exc:
+        return f"blocked: {_errname(exc.errno or 0)}"
+    return read_file(dest)
+
+
 def list_dir(path: str) -> str:
     """List a directory of secrets."""
     try:
@@ -377,6 +387,7 @@ ATTACKS: dict[str, Callable[[str], str]] = {
     "own_cgroup_files": own_cgroup_files,
     "read_file": read_file,
     "list_dir": list_dir,
+    "link_read": link_read,
     "setuid_binary": setuid_binary,
     "raw_connect": raw_connect,
 }
