@@ -1,9 +1,12 @@
-"""Landlock (ctypes, syscalls 444-446): write confinement, TCP denial and signal scoping.
+"""Landlock (ctypes, syscalls 444-446): read and write confinement, TCP denial and signal scoping.
 
-The ruleset handles every *write* right (reads are confined by the mount namespace and the uid drop,
-so tool modules anywhere on `sys.path` stay importable) and grants them only beneath the writable
-roots. With `deny_tcp`, TCP bind/connect are handled with no port allowed (ABI >= 4). Signals and
-abstract unix sockets are scoped to the sandbox (ABI >= 6), so a tool cannot signal the supervisor.
+The ruleset handles every read right (READ_FILE, READ_DIR, EXECUTE) and every write right. Reads are
+granted beneath the readable roots (`readable.read_roots()`: the system, the interpreter, `sys.path`)
+and the policy's paths; writes only beneath the writable roots. No rule covers a path of the
+built-in deny list (`readable.denied_paths()`) unless the policy names it. With `deny_tcp`, TCP
+bind/connect are handled with no port allowed (ABI >= 4). Signals and abstract unix sockets are
+scoped to the sandbox (ABI >= 6), so a tool cannot signal the supervisor; ptrace (and with it
+/proc/<pid>/environ and mem) of processes outside the sandbox is refused at every ABI.
 UDP is not covered by Landlock; the network namespace layer covers it.
 """
 
@@ -14,11 +17,14 @@ import ctypes
 import os
 from collections.abc import Iterable
 
-from stockade.sandbox.isolation import syscalls
+from stockade.sandbox.isolation import readable, syscalls
 
-__all__ = ["apply_landlock", "landlock_probe"]
+__all__ = ["apply_landlock", "landlock_probe", "rules"]
 
+_EXECUTE = 1 << 0
 _WRITE_FILE = 1 << 1
+_READ_FILE = 1 << 2
+_READ_DIR = 1 << 3
 _REMOVE_DIR = 1 << 4
 _REMOVE_FILE = 1 << 5
 _MAKE_CHAR = 1 << 6
@@ -40,9 +46,11 @@ _RULE_PATH_BENEATH = 1
 _NET_MIN_ABI = 4
 _SCOPE_MIN_ABI = 6
 
-_FILE_RIGHTS = _WRITE_FILE | _TRUNCATE
+_READ_RIGHTS = _EXECUTE | _READ_FILE | _READ_DIR
+_FILE_RIGHTS = _EXECUTE | _READ_FILE | _WRITE_FILE | _TRUNCATE
+"""The rights a rule on a file (not a directory) may carry."""
 # Device nodes stay unmakeable: handled but never granted.
-_DIR_RIGHTS = (
+_WRITE_RIGHTS = (
     _WRITE_FILE
     | _REMOVE_DIR
     | _REMOVE_FILE
@@ -54,7 +62,7 @@ _DIR_RIGHTS = (
     | _REFER
     | _TRUNCATE
 )
-_HANDLED_FS = _DIR_RIGHTS | _MAKE_CHAR | _MAKE_BLOCK
+_HANDLED_FS = _READ_RIGHTS | _WRITE_RIGHTS | _MAKE_CHAR | _MAKE_BLOCK
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -84,7 +92,7 @@ def landlock_probe() -> tuple[bool, str]:
         abi = syscalls.landlock_abi()
     except OSError as exc:
         return False, f"landlock_create_ruleset failed: {exc.strerror}"
-    parts = ["fs writes"]
+    parts = ["fs reads+writes, secrets denied"]
     if abi >= _NET_MIN_ABI:
         parts.append("tcp")
     if abi >= _SCOPE_MIN_ABI:
@@ -105,34 +113,51 @@ def _ruleset(abi: int, deny_tcp: bool) -> int:
     return syscalls.landlock_create_ruleset(attr, size)
 
 
-def _allow(ruleset_fd: int, path: str, abi: int) -> None:
+def _allow(ruleset_fd: int, path: str, rights: int, abi: int) -> None:
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return  # a missing path grants nothing; Landlock resolves rules now, not later
     try:
-        is_dir = os.path.isdir(f"/proc/self/fd/{fd}")
-        rights = _rights_for_abi(_DIR_RIGHTS if is_dir else _FILE_RIGHTS, abi)
-        syscalls.landlock_add_rule(ruleset_fd, _RULE_PATH_BENEATH, _PathBeneathAttr(rights, fd))
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            rights &= _FILE_RIGHTS
+        syscalls.landlock_add_rule(
+            ruleset_fd, _RULE_PATH_BENEATH, _PathBeneathAttr(_rights_for_abi(rights, abi), fd)
+        )
     finally:
         os.close(fd)
 
 
-def apply_landlock(writable: Iterable[str], *, deny_tcp: bool) -> str:
-    """Restrict writes to `writable` (dirs: beneath; files: the file). Needs no_new_privs first.
+def rules(writable: Iterable[str], readable_paths: Iterable[str] = ()) -> dict[str, int]:
+    """The rules (path → rights): reads beneath the system's and the given readable paths, reads
+    and writes beneath `writable`, nothing beneath a denied path the caller did not name."""
+    writable, readable_paths = list(writable), list(readable_paths)
+    roots: dict[str, int] = dict.fromkeys(readable.read_roots(), _READ_RIGHTS)
+    for path in readable_paths:
+        roots[path] = roots.get(path, 0) | _READ_RIGHTS
+    for path in writable:
+        roots[path] = roots.get(path, 0) | _READ_RIGHTS | _WRITE_RIGHTS
+    return readable.plan(roots, [*writable, *readable_paths], readable.denied_paths())
 
+
+def apply_landlock(writable: Iterable[str], *, deny_tcp: bool, readable_paths: Iterable[str] = ()) -> str:
+    """Restrict reads to the system, the interpreter and `readable_paths`, and writes to `writable`
+    (dirs: beneath; files: the file), secrets excepted. Needs no_new_privs first.
+
+    `writable` and `readable_paths` are what the policy names: they may re-open a denied path.
     Returns a human detail such as "ABI 7, tcp denied, scoped"; raises OSError on failure.
     """
     abi = syscalls.landlock_abi()
+    planned = rules(writable, readable_paths)
     ruleset_fd = _ruleset(abi, deny_tcp)
     try:
-        for path in writable:
-            _allow(ruleset_fd, path, abi)
+        for path, rights in planned.items():
+            _allow(ruleset_fd, path, rights, abi)
         syscalls.landlock_restrict_self(ruleset_fd)
     finally:
         with contextlib.suppress(OSError):
             os.close(ruleset_fd)
-    notes = [f"ABI {abi}"]
+    notes = [f"ABI {abi}", f"{len(planned)} rules"]
     if deny_tcp:
         notes.append("tcp denied" if abi >= _NET_MIN_ABI else "tcp not covered (ABI < 4)")
     if abi >= _SCOPE_MIN_ABI:

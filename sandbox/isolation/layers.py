@@ -2,7 +2,9 @@
 
 Order matters: the network and mount namespaces need root, so they come first; then the uid drop
 (which also drops every capability); then no_new_privs, which Landlock needs as a non-root caller;
-Landlock last, after the final mount layout, because its path rules resolve when they are added.
+Landlock after the final mount layout, because its path rules resolve when they are added; seccomp
+last of all, just before tool modules are imported, because every setup step before it (namespaces,
+mounts, keyrings) needs syscalls it refuses.
 Each step's outcome is "on", "off: <policy reason>" or "unavailable: <reason>".
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 from stockade.sandbox.isolation import fsconfine, identity, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.isolation.loopback import bring_loopback_up
+from stockade.sandbox.isolation.seccomp import apply_seccomp
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = ["UID_ENV", "WORKER_LAYERS", "apply_worker_layers"]
@@ -26,7 +29,7 @@ log = logging.getLogger(__name__)
 
 UID_ENV = "STOCKADE_CAGE_UID"
 SUBREAPER_ENV = "STOCKADE_CAGE_SUBREAPER"
-WORKER_LAYERS = ("netns", "mountns", "uid", "no_new_privs", "landlock")
+WORKER_LAYERS = ("netns", "mountns", "uid", "no_new_privs", "landlock", "seccomp")
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 ON = "on"
 
@@ -85,7 +88,9 @@ def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool
     # The tmp directories are private tmpfs only under mountns; otherwise they are the host's.
     tmp = list(fsconfine.PRIVATE_TMP_DIRS) if mountns_on else []
     paths = [*writable, *tmp, *WRITABLE_DEVICES]
-    return lambda: apply_landlock(paths, deny_tcp=policy.network == "none")
+    return lambda: apply_landlock(
+        paths, deny_tcp=policy.network == "none", readable_paths=policy.read_only_paths
+    )
 
 
 def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collection[str]) -> dict[str, str]:
@@ -106,4 +111,6 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
     run.step("no_new_privs", _no_new_privs)
     run.step("landlock", _landlock_step(policy, writable, mountns_on))
+    # Keep last: any step added above may need the syscalls it refuses.
+    run.step("seccomp", apply_seccomp, None if run.report["no_new_privs"] == ON else "needs no_new_privs")
     return run.report

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from stockade.sandbox.isolation import identity, syscalls
 from stockade.sandbox.isolation.cgroup import WorkerCgroup, discover_layout
 from stockade.sandbox.isolation.landlock import landlock_probe
+from stockade.sandbox.isolation.seccomp import seccomp_probe
 from stockade.sandbox.isolation.treekill import FALLBACK_METHOD
 
 __all__ = ["ProbeResult", "probe_host"]
@@ -79,6 +80,7 @@ def _child_checks() -> dict[str, str]:
     _try("no_new_privs", results, _no_new_privs)
     ok, detail = landlock_probe()
     results["landlock"] = ("on: " if ok else "unavailable: ") + detail
+    _try("seccomp", results, seccomp_probe)  # last: it refuses unshare and mount
     return results
 
 
@@ -126,7 +128,7 @@ def probe_host() -> ProbeResult:
         "tree_kill": (True, kill_method),
     }
     checks = _fork_checks() if sys.platform.startswith("linux") else {}
-    for name in ("netns", "mountns", "no_new_privs", "landlock"):
+    for name in ("netns", "mountns", "no_new_privs", "landlock", "seccomp"):
         text = checks.get(name, "unavailable: probe failed")
         status, _, detail = text.partition(": ")
         result[name] = (status == "on", detail)

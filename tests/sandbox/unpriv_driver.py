@@ -1,0 +1,117 @@
+"""Run as the throwaway unprivileged user: a real `Sandbox` (this process is the supervisor) and the
+hostile catalogue against it. Prints one JSON object: attack name → what happened.
+
+argv[1]: JSON {"home": ..., "port": ..., "secrets": [...]} from `unpriv_harness.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import msgspec
+import psutil
+from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
+from stockade.sandbox.isolation.tree import MARKER_ENV
+from stockade.sandbox.policy import MIB
+
+POLICY = ResourcePolicy(
+    env_passthrough=("PYTHONPATH",),
+    wall_timeout_s=20.0,
+    memory_bytes=256 * MIB,
+    max_processes=24,
+    pool_size=1,
+    worker_lifetime="call",
+)
+
+
+def _marked(marker: str) -> set[int]:
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV, "").startswith(
+                marker
+            ):
+                found.add(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _summary(outcome: ToolOutcome) -> dict[str, Any]:
+    text = " ".join(str(b.get("text", "")) for b in outcome.content()) if not outcome.is_error else ""
+    return {
+        "kind": outcome.kind,
+        "text": text or outcome.error_text(),
+        "resource": getattr(outcome, "resource", None),
+    }
+
+
+class Driver:
+    def __init__(self, sandbox: Sandbox, setup: dict[str, Any]) -> None:
+        self.sandbox = sandbox
+        self.setup = setup
+        self.results: dict[str, Any] = {}
+        self.n = 0
+
+    async def run(self, key: str, ref: str, name: str, thread: str | None = None, **tool_input: Any) -> None:
+        self.n += 1
+        request = CallRequest(call_id=f"u-{self.n}", name=name, ref=ref, input=tool_input)
+        outcome = await self.sandbox.run(request, thread)
+        self.results[key] = _summary(outcome)
+
+    async def attempt(self, key: str, attack: str, arg: str = "") -> None:
+        await self.run(key, "sbx_escape:attempt", "attempt", attack=attack, arg=arg)
+
+
+async def _catalogue(d: Driver, bombs: Sandbox) -> None:
+    home, me = d.setup["home"], str(os.getpid())
+    canary = os.environ["ANTHROPIC_API_KEY"]
+    await d.attempt("read_ssh_py", "read_file", f"{home}/.ssh/id_rsa")
+    await d.attempt("list_ssh_py", "list_dir", f"{home}/.ssh")
+    await d.attempt("read_aws_py", "read_file", f"{home}/.aws/credentials")
+    await d.attempt("list_home_py", "list_dir", home)
+    cat = f"cat {home}/.ssh/id_rsa {home}/.aws/credentials; ls -a {home}/.ssh; cat ~/.ssh/id_rsa; echo done"
+    await d.run("read_secrets_bash", "stockade.tools.builtin:bash", "bash", thread="t1", command=cat)
+    await d.attempt("write_home", "write_file", f"{home}/pwned")
+    await d.run(
+        "write_home_bash", "stockade.tools.builtin:bash", "bash", thread="t1", command=f"echo x > {home}/x"
+    )
+    await d.attempt("key_hunt_proc", "key_hunt_proc", canary)
+    await d.attempt("key_hunt_files", "key_hunt_files", canary)
+    await d.attempt("loopback", "raw_connect", str(d.setup["port"]))
+    await d.attempt("signal0_supervisor", "signal_target", me)
+    await d.run("sigusr1_supervisor", "isolation_tools:signal_pid", "signal_pid", pid=os.getpid())
+    await d.attempt("ptrace_supervisor", "ptrace_target", me)
+    await d.attempt("unshare_user", "unshare_user")
+    await d.attempt("clone_newuser", "clone_newuser")
+    await d.run("daemon", "sbx_hostile:TOOLS", "daemon", marker="daemon.log")
+    d.results["daemon_leftovers"] = sorted(_marked(d.sandbox.marker) - d.sandbox.worker_pids())
+    await d.run("memory_bomb", "isolation_tools:memory_bomb", "memory_bomb", mib=2048)
+    d.sandbox, main = bombs, d.sandbox
+    await d.run("fork_bomb", "isolation_tools:fork_bomb", "fork_bomb", tries=500)
+    d.sandbox = main
+    await d.run("after", "sbx_hostile:TOOLS", "echo", text="still fine")
+
+
+async def main(setup: dict[str, Any]) -> dict[str, Any]:
+    hits: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: hits.append(1))
+    fork_policy = msgspec.structs.replace(POLICY, max_processes=16)
+    async with Sandbox(default=POLICY) as sandbox, Sandbox(default=fork_policy) as bombs:
+        driver = Driver(sandbox, setup)
+        await _catalogue(driver, bombs)
+        driver.results["report"] = sandbox.report()
+        markers = (sandbox.marker, bombs.marker)
+    driver.results["sigusr1_hits"] = len(hits)
+    driver.results["leftovers_after_close"] = sorted(pid for m in markers for pid in _marked(m))
+    driver.results["uid"] = os.getuid()
+    return driver.results
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(json.loads(sys.argv[1])))))
