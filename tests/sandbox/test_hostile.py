@@ -39,7 +39,7 @@ CASES: list[tuple[str, dict[str, Any], set[str], str]] = [
     ("close_pipe", {}, {"crashed"}, "closed its pipe"),
     ("exit3", {}, {"crashed"}, "tool 'exit3' crashed: exited with status 3"),
     ("segfault", {}, {"crashed"}, "tool 'segfault' crashed: killed by SIGSEGV"),
-    ("unserializable", {}, {"failed"}, "cannot be serialised"),
+    ("unserializable", {}, {"failed"}, "cannot be sent as JSON"),
     ("big_file", {"size": 2 * MIB}, {"over_limit"}, "tool 'big_file' exceeded its file size limit (1 MiB)"),
 ]
 
