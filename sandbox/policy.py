@@ -62,3 +62,6 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """Warm workers kept ready for this policy."""
     require_layers: tuple[str, ...] = ()
     """Isolation layers that must be available; a call is refused (fail closed) if one is not."""
+    disk_bytes: PositiveInt | None = 1024 * MIB
+    """Total writes of a worker to its private tmp dirs and temporary workdir: one size-capped tmpfs
+    (under the mount namespace), so a write past it fails with ENOSPC and the call is `over_limit`."""

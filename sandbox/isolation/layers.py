@@ -1,8 +1,12 @@
 """The worker-side layers, applied in order inside the worker before any tool code is imported.
 
-Order matters: the network and mount namespaces need root, so they come first; then the uid drop
-(which also drops every capability); then no_new_privs, which Landlock needs as a non-root caller;
-Landlock last, after the final mount layout, because its path rules resolve when they are added.
+Order matters. As non-root, a user namespace comes first (it maps the user's own uid and gives the
+capabilities the other namespaces need inside it). Then the PID namespace (the worker forks: it
+becomes pid 2 under a tiny init, and must already be in its cgroup), the IPC namespace, the network
+and mount namespaces (the mount namespace mounts the PID namespace's own `/proc`); then the uid drop
+(root only; it also drops every capability), a fresh keyring (after the drop, so it is the slot uid's),
+no_new_privs, which Landlock needs as a non-root caller; Landlock last, after the final mount layout,
+because its path rules resolve when they are added.
 Each step's outcome is "on", "off: <policy reason>" or "unavailable: <reason>".
 """
 
@@ -15,19 +19,56 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from stockade.sandbox.isolation import fsconfine, identity, syscalls
+from stockade.sandbox.errors import SandboxError
+from stockade.sandbox.isolation import fsconfine, identity, namespaces, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.policy import ResourcePolicy
 
-__all__ = ["UID_ENV", "WORKER_LAYERS", "apply_worker_layers"]
+__all__ = [
+    "CGROUP_ENV",
+    "DISABLE_ENV",
+    "UID_ENV",
+    "WORKER_LAYERS",
+    "LayerUnavailable",
+    "apply_in_worker",
+    "apply_worker_layers",
+    "disabled_layers",
+]
 
 log = logging.getLogger(__name__)
 
 UID_ENV = "STOCKADE_CAGE_UID"
 SUBREAPER_ENV = "STOCKADE_CAGE_SUBREAPER"
-WORKER_LAYERS = ("netns", "mountns", "uid", "no_new_privs", "landlock")
+DISABLE_ENV = "STOCKADE_DISABLE_LAYERS"
+CGROUP_ENV = "STOCKADE_CAGE_CGROUP"
+"""Tells the worker whether its cage has a cgroup ("on" / "unavailable: reason")."""
+MARKER_ENV = "STOCKADE_WORKER_ID"
+"""The worker id (as in `tree.MARKER_ENV`); its cgroup's name carries it."""
+WORKER_LAYERS = (
+    "userns",
+    "pidns",
+    "ipcns",
+    "netns",
+    "mountns",
+    "uid",
+    "keyring",
+    "no_new_privs",
+    "landlock",
+)
+PARENT_LAYERS = ("rlimits", "setsid", "cgroup", "tree_kill")
+LAYERS = (*PARENT_LAYERS, *WORKER_LAYERS)
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 ON = "on"
+
+
+class LayerUnavailable(SandboxError):
+    """A layer that the policy requires cannot be applied on this host."""
+
+
+def disabled_layers() -> frozenset[str]:
+    """Layers turned off through STOCKADE_DISABLE_LAYERS."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
 class _Run:
@@ -53,8 +94,9 @@ class _Run:
         return self.report[name] == ON
 
 
-def _netns(root: bool) -> str:
-    flags = syscalls.CLONE_NEWNET if root else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
+def _netns(privileged: bool) -> str:
+    # Unprivileged and without a user namespace of its own: a bare one just for the network.
+    flags = syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
     syscalls.unshare(flags)
     return "private network namespace, no interface up"
 
@@ -69,6 +111,10 @@ def _uid_step(mountns_on: bool, owned: list[str]) -> Callable[[], str]:
     return drop
 
 
+def _needs_privilege() -> str:
+    raise OSError(errno.EPERM, f"needs root or a user namespace (running as uid {os.getuid()})")
+
+
 def _needs_root() -> str:
     raise OSError(errno.EPERM, f"needs root (running as uid {os.getuid()})")
 
@@ -78,11 +124,33 @@ def _no_new_privs() -> str:
     return "set"
 
 
+def _pidns() -> str:
+    if os.environ.get(CGROUP_ENV) == ON:
+        # The init and the worker are forked now: they must be born inside the worker's cgroup.
+        namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""))
+    detail = namespaces.enter_pidns()
+    if os.environ.get(SUBREAPER_ENV) == "1":
+        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)  # the forked worker is a new process
+    return detail
+
+
 def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool) -> Callable[[], str]:
     # The tmp directories are private tmpfs only under mountns; otherwise they are the host's.
     tmp = list(fsconfine.PRIVATE_TMP_DIRS) if mountns_on else []
     paths = [*writable, *tmp, *WRITABLE_DEVICES]
     return lambda: apply_landlock(paths, deny_tcp=policy.network == "none")
+
+
+def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Callable[[], str]:
+    view = fsconfine.View(
+        workdir=str(workdir),
+        writable=policy.writable_paths,
+        readable=policy.read_only_paths,
+        fresh_proc=pidns_on,
+        disk_bytes=policy.disk_bytes,
+        temporary_workdir=policy.workdir is None,
+    )
+    return lambda: fsconfine.confine_filesystem(view)
 
 
 def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collection[str]) -> dict[str, str]:
@@ -93,12 +161,35 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
         syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
     run = _Run(disabled)
-    run.step("netns", lambda: _netns(root), None if policy.network == "none" else "network=host")
-    confine = lambda: fsconfine.confine_filesystem(  # noqa: E731
-        str(workdir), policy.writable_paths, policy.read_only_paths
-    )
-    mountns_on = run.step("mountns", confine if root else _needs_root)
-    run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
+    privileged = root or userns_on
+    run.step("pidns", _pidns if privileged else _needs_privilege)
+    run.step("ipcns", namespaces.enter_ipcns if privileged else _needs_privilege)
+    run.step("netns", lambda: _netns(privileged), None if policy.network == "none" else "network=host")
+    pidns_on = run.report["pidns"] == ON
+    confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
+    mountns_on = run.step("mountns", confine)
+    uid_on = run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    run.step("keyring", lambda: namespaces.join_fresh_keyring(clear_user_keyrings=uid_on))
     run.step("no_new_privs", _no_new_privs)
     run.step("landlock", _landlock_step(policy, writable, mountns_on))
     return run.report
+
+
+def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> None:
+    unknown = [name for name in required if name not in LAYERS]
+    missing = [f"{n} ({report[n]})" for n in required if n in report and report[n] != ON]
+    if unknown or missing:
+        parts = [f"unknown layer(s): {', '.join(unknown)}"] if unknown else []
+        parts += [f"required isolation layer(s) unavailable: {', '.join(missing)}"] if missing else []
+        raise LayerUnavailable("; ".join(parts))
+
+
+def apply_in_worker(policy: ResourcePolicy, workdir: Path) -> dict[str, str]:
+    """Apply the worker-side layers; raises LayerUnavailable if a required one is not on."""
+    parent = {"rlimits": ON, "setsid": ON, "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
+    parent["tree_kill"] = ON
+    report = {**parent, **apply_worker_layers(policy, workdir, disabled_layers())}
+    _refuse_if_missing(policy.require_layers, report)
+    log.info("worker_layers %s", " ".join(f"{k}={v.split(':')[0]}" for k, v in report.items()))
+    return report

@@ -132,6 +132,7 @@ _FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "max_calls_per_worker": ("max_calls_per_worker", _count, "an integer >= 1"),
     "pool_size": ("pool_size", _count, "an integer >= 0"),
     "require_layers": ("require_layers", _as_is, "a list of isolation layer names"),
+    "disk": ("disk_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
 }
 _CONFIRM_KEY = "require_confirmation"
 _POLICY_TO_KEY = {field: key for key, (field, _, _) in _FIELDS.items()}
