@@ -182,11 +182,12 @@ def _end_as(status: int) -> NoReturn:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         with contextlib.suppress(OSError, ValueError):
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker dumped already, if at all
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL and SIGSTOP have no handler to reset
             signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-            os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default is to be ignored
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 

@@ -190,3 +190,28 @@ def test_sweep_waits_until_the_namespace_is_empty() -> None:
         assert sleepers(token) == []
 
     kit.in_sandbox(scenario)
+
+
+def _growing(marker: Path) -> bool:
+    before = marker.stat().st_size if marker.exists() else 0
+    time.sleep(0.2)
+    return (marker.stat().st_size if marker.exists() else 0) > before
+
+
+def test_a_daemon_dies_with_its_worker_without_any_sweep() -> None:
+    """A setsid double-forked daemon is killed by the kernel once the worker's namespace ends."""
+    need("pidns")
+    harness = kit.load_sibling("isolation_harness")
+    with harness.host_dir("/tmp") as workdir:
+        marker = workdir / "marker"
+        policy = kit.ResourcePolicy(workdir=str(workdir))
+        worker = harness.Worker("daemon", policy, workdir, marker=str(marker), linger=False)
+        try:
+            assert worker.result()["report"]["pidns"] == "on"
+            assert worker.proc.wait(10) == 0
+            deadline = time.monotonic() + GONE_WAIT_S
+            while _growing(marker) and time.monotonic() < deadline:
+                pass
+            assert marker.exists() and not _growing(marker), "the daemon outlived its worker"
+        finally:
+            worker.finish()
