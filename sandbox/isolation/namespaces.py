@@ -167,7 +167,10 @@ def _init(worker: int, status_w: int, alive_w: int) -> NoReturn:
 
 def _outer(init: int, status_r: int, alive_w: int) -> NoReturn:
     """The process the supervisor knows: wait for the namespace to end, then end as the worker did.
-    It holds `alive_w` open for its whole life: the init's check that its parent still lives."""
+    It holds `alive_w` open for its whole life: the init's check that its parent still lives. It
+    ignores SIGTERM, which the tree kill sends the whole process group: the worker gets its grace
+    period to act on it; SIGKILL after the grace ends this process, and with it the namespace."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _close_fds_but({2, status_r, alive_w})
     status = 1 << 8
     try:
