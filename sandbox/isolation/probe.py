@@ -136,7 +136,7 @@ def _fork_checks() -> dict[str, str]:
 
 def _uid_status(mountns_ok: bool) -> tuple[bool, str]:
     if os.geteuid() != 0:
-        return False, f"not root: the worker keeps uid {os.geteuid()}"
+        return False, f"not root: the worker keeps uid {os.geteuid()} (mapped to itself under userns)"
     if not mountns_ok and not identity.traversable_by_others(sys.base_prefix):
         return (
             False,
