@@ -56,6 +56,7 @@ KEYCTL_CLEAR = 7
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+INIT_PID = 1
 WORKER_PID = 2
 """The worker's pid inside its PID namespace (the init is 1)."""
 SWEEP_DEADLINE_S = 2.0

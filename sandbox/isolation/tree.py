@@ -22,7 +22,14 @@ from stockade.sandbox.isolation import namespaces, syscalls
 if TYPE_CHECKING:
     import psutil
 
-__all__ = ["MARKER_ENV", "become_subreaper", "has_children", "kill_descendants", "sweep_marked"]
+__all__ = [
+    "MARKER_ENV",
+    "accounting_pid",
+    "become_subreaper",
+    "has_children",
+    "kill_descendants",
+    "sweep_marked",
+]
 
 MARKER_ENV = "STOCKADE_WORKER_ID"
 """Environment variable naming the worker a process belongs to."""
@@ -50,6 +57,26 @@ def _children(pid: int) -> list[int]:
         for task in Path(f"/proc/{pid}/task").iterdir():
             found += [int(child) for child in (task / "children").read_bytes().split()]
     return found
+
+
+def _inner_pid(pid: int) -> int | None:
+    """`pid`'s number in its innermost PID namespace (the last `NSpid` field), None if gone."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    return None
+
+
+def accounting_pid(root_pid: int) -> int:
+    """The process whose CPU is a worker's own: the worker `root_pid` itself or, when it runs in a
+    PID namespace of its own, the real worker in there (pid 2 under its init, pid 1)."""
+    for init in _children(root_pid):
+        if _inner_pid(init) == namespaces.INIT_PID:
+            for child in _children(init):
+                if _inner_pid(child) == namespaces.WORKER_PID:
+                    return child
+    return root_pid
 
 
 def has_children() -> bool:

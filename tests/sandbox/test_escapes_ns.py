@@ -19,6 +19,7 @@ import msgspec
 import psutil
 import pytest
 from stockade.sandbox import CallRequest, Sandbox, ToolOutcome
+from stockade.sandbox.isolation import tree
 from stockade.sandbox.isolation.cage import probe
 from stockade.sandbox.outcome import OverLimit
 from stockade.supervisor.config.policy import parse_policy_text
@@ -215,3 +216,32 @@ def test_a_daemon_dies_with_its_worker_without_any_sweep() -> None:
             assert marker.exists() and not _growing(marker), "the daemon outlived its worker"
         finally:
             worker.finish()
+
+
+def test_the_namespace_init_and_worker_are_born_in_the_cgroup() -> None:
+    need("pidns", "mountns", "cgroup")
+
+    async def scenario(sandbox: Sandbox) -> None:
+        init, worker = text_of(await run(sandbox, "cgroups")).split("\n\n")
+        (outer,) = sandbox.worker_pids()
+        host_view = Path(f"/proc/{outer}/cgroup").read_text().strip()
+        assert init == worker == host_view != Path("/proc/self/cgroup").read_text().strip()
+
+    kit.in_sandbox(scenario)
+
+
+def test_the_supervisor_reads_the_cpu_of_the_worker_inside_the_namespace() -> None:
+    """The call's CPU is sampled (to enforce its budget) on the worker in the namespace, not on the
+    process outside it, which only waits."""
+    need("pidns")
+
+    async def scenario(sandbox: Sandbox) -> None:
+        assert text_of(await run(sandbox, "burn", seconds=0.3)) == "burnt"
+        (outer,) = sandbox.worker_pids()
+        inner = tree.accounting_pid(outer)
+        assert inner != outer
+        inner_times, outer_times = psutil.Process(inner).cpu_times(), psutil.Process(outer).cpu_times()
+        inner_s, outer_s = inner_times.user + inner_times.system, outer_times.user + outer_times.system
+        assert inner_s >= 0.25 and outer_s < inner_s - 0.2  # the outer one only started and waits
+
+    kit.in_sandbox(scenario)

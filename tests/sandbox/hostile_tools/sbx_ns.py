@@ -138,4 +138,32 @@ def write_file(path: str) -> str:
     return "ok"
 
 
-TOOLS = [orphan, proc_pids, make_shm, find_shm, add_keys, search_keys, fill_disk, read_secret, write_file]
+@tool
+def burn(seconds: float) -> str:
+    """Use `seconds` of CPU."""
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return "burnt"
+
+
+@tool
+def cgroups() -> str:
+    """The cgroup files of the namespace's init (pid 1) and of this worker, separated by a blank line."""
+    with open("/proc/1/cgroup") as init, open("/proc/self/cgroup") as me:
+        return init.read().strip() + "\n\n" + me.read().strip()
+
+
+TOOLS = [
+    burn,
+    cgroups,
+    orphan,
+    proc_pids,
+    make_shm,
+    find_shm,
+    add_keys,
+    search_keys,
+    fill_disk,
+    read_secret,
+    write_file,
+]
