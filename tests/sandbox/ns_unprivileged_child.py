@@ -27,6 +27,7 @@ async def _calls(args: dict[str, Any]) -> dict[str, Any]:
         calls = {
             "secret": ("read_secret", {"path": args["secret"]}),
             "write": ("write_file", {"path": str(Path(args["workdir"], "new.txt"))}),
+            "orphan": ("orphan", {"token": "3599.25"}),
             "pids": ("proc_pids", {}),
         }
         for key, (name, tool_input) in calls.items():

@@ -11,6 +11,8 @@ import contextlib
 import ctypes
 import importlib.util
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -243,5 +245,23 @@ def test_the_supervisor_reads_the_cpu_of_the_worker_inside_the_namespace() -> No
         inner_times, outer_times = psutil.Process(inner).cpu_times(), psutil.Process(outer).cpu_times()
         inner_s, outer_s = inner_times.user + inner_times.system, outer_times.user + outer_times.system
         assert inner_s >= 0.25 and outer_s < inner_s - 0.2  # the outer one only started and waits
+
+    kit.in_sandbox(scenario)
+
+
+SUPERVISOR_ONLY = ["psutil", "httpx", "httpx_sse", "anthropic", "stockade.sandbox.isolation.cage"]
+
+
+def test_the_worker_boots_without_the_supervisors_dependencies() -> None:
+    """The worker path imports none of them (in the zygote, its forks, or an exec'd worker)."""
+    block = f"import sys; sys.modules.update(dict.fromkeys({SUPERVISOR_ONLY[:4]!r}))"
+    code = f"{block}; import stockade.sandbox.child.worker, stockade.sandbox.child.zygote"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+    async def scenario(sandbox: Sandbox) -> None:
+        assert text_of(await run(sandbox, "loaded", names=SUPERVISOR_ONLY)) == "none"
 
     kit.in_sandbox(scenario)

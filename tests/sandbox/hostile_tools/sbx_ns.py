@@ -154,7 +154,16 @@ def cgroups() -> str:
         return init.read().strip() + "\n\n" + me.read().strip()
 
 
+@tool
+def loaded(names: list[str]) -> str:
+    """Which of the modules `names` this worker has imported, space-separated ("none" for none)."""
+    import sys
+
+    return " ".join(name for name in names if name in sys.modules) or "none"
+
+
 TOOLS = [
+    loaded,
     burn,
     cgroups,
     orphan,
