@@ -134,6 +134,16 @@ def _pidns() -> str:
     return detail
 
 
+def _drop_userns_capabilities(run: _Run) -> None:
+    """The capabilities a user namespace gave the worker are for building its cage: drop them (a tool
+    holding CAP_SYS_ADMIN in there could unmount what hides the home directory)."""
+    try:
+        namespaces.drop_capabilities()
+    except OSError as exc:
+        run.report["userns"] = f"unavailable: {exc.strerror or exc}"
+        log.warning("capability_drop_failed error=%s", exc)
+
+
 def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool) -> Callable[[], str]:
     # The tmp directories are private tmpfs only under mountns; otherwise they are the host's.
     tmp = list(fsconfine.PRIVATE_TMP_DIRS) if mountns_on else []
@@ -169,6 +179,8 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     pidns_on = run.report["pidns"] == ON
     confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
     mountns_on = run.step("mountns", confine)
+    if userns_on:
+        _drop_userns_capabilities(run)
     uid_on = run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
     run.step("keyring", lambda: namespaces.join_fresh_keyring(clear_user_keyrings=uid_on))
     run.step("no_new_privs", _no_new_privs)

@@ -9,6 +9,7 @@
   leaves with the worker's exit status, so the supervisor sees one process that ends as the worker did.
   When the init ends, the kernel kills everything left in the namespace; the init and the worker
   die with their parent (PR_SET_PDEATHSIG), so killing the outer process kills the whole namespace.
+- `drop_capabilities()`: after the mounts, the capabilities the user namespace gave are dropped.
 - `enter_ipcns()`: SysV shared memory, semaphores and message queues live in the worker's own IPC
   namespace and die with it.
 - `kill_namespace()`: the per-call sweep inside the namespace — `kill(-1, SIGKILL)` from pid 2 reaches
@@ -88,6 +89,34 @@ def _write(path: str, text: str) -> None:
         os.write(fd, text.encode())
     finally:
         os.close(fd)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> str:
+    """Empty this process's capability sets (raises OSError). A user namespace's creator holds every
+    capability inside it, enough to unmount the tmpfs that hides the home directory: the worker
+    needs none once its namespaces and mounts are in place."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+    return "no capabilities left"
 
 
 def wait_for_cgroup(marker: str) -> bool:

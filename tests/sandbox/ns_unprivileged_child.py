@@ -33,6 +33,13 @@ async def _calls(args: dict[str, Any]) -> dict[str, Any]:
         for key, (name, tool_input) in calls.items():
             outcome = await sandbox.run(CallRequest(call_id=key, name=name, ref=REF, input=tool_input))
             results[key] = outcome.content()[0]["text"] if outcome.kind == "completed" else repr(outcome)
+    # Without Landlock (and a syscall filter), which refuse mount changes too: the capabilities alone.
+    os.environ["STOCKADE_DISABLE_LAYERS"] = "landlock,seccomp"
+    async with Sandbox(default=policy) as sandbox:
+        for key, path in (("unmount_home", str(Path(args["secret"]).parents[2])), ("unmount_tmp", "/tmp")):
+            request = CallRequest(call_id=key, name="unmount", ref=REF, input={"path": path})
+            outcome = await sandbox.run(request)
+            results[key] = outcome.content()[0]["text"] if outcome.kind == "completed" else repr(outcome)
     return results
 
 

@@ -18,6 +18,7 @@ KEY_SPEC_USER_KEYRING = -4
 KEYCTL_SEARCH = 10
 _KEY_SYSCALLS = {"x86_64": (248, 250), "aarch64": (217, 219)}  # add_key, keyctl
 CHUNK_BYTES = 1 << 20
+MNT_DETACH = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -162,7 +163,18 @@ def loaded(names: list[str]) -> str:
     return " ".join(name for name in names if name in sys.modules) or "none"
 
 
+@tool
+def unmount(path: str) -> str:
+    """Try to unmount `path` (lazily), as a tool would to uncover what a mount hides; "ok" or the errno
+    name, then this process's effective capabilities (hex)."""
+    result = "ok" if _libc.umount2(path.encode(), MNT_DETACH) == 0 else _errno_name(ctypes.get_errno())
+    with open("/proc/self/status") as status:
+        caps = next(line.split()[1] for line in status if line.startswith("CapEff:"))
+    return f"{result} {caps}"
+
+
 TOOLS = [
+    unmount,
     loaded,
     burn,
     cgroups,
