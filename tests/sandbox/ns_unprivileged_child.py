@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ async def _calls(args: dict[str, Any]) -> dict[str, Any]:
             "write": ("write_file", {"path": str(Path(args["workdir"], "new.txt"))}),
             "orphan": ("orphan", {"token": "3599.25"}),
             "pids": ("proc_pids", {}),
+            "signal": ("signal_pid", {"pid": os.getpid()}),
         }
         for key, (name, tool_input) in calls.items():
             outcome = await sandbox.run(CallRequest(call_id=key, name=name, ref=REF, input=tool_input))
@@ -45,9 +47,11 @@ async def _calls(args: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     args = json.loads(sys.argv[1])
+    hits: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda *_: hits.append(1))
     layers = {name: status.available for name, status in probe().items()}
     results = asyncio.run(_calls(args))
-    print(json.dumps({"uid": os.getuid(), "layers": layers, "results": results}))
+    print(json.dumps({"uid": os.getuid(), "layers": layers, "results": results, "signalled": len(hits)}))
 
 
 if __name__ == "__main__":

@@ -118,6 +118,7 @@ def test_unprivileged_sandbox_hides_home_secrets_and_keeps_the_users_files(user:
             stat = (workdir / name).stat()
             assert (stat.st_uid, stat.st_gid) == (user.pw_uid, user.pw_gid), name
         assert results["unmount_home"] == results["unmount_tmp"] == "EPERM 0000000000000000", results
+        assert results["signal"] == "ESRCH" and out["signalled"] == 0  # the supervisor is not even visible
         assert results["orphan"] == "started"
         assert results["pids"] == "1 2", results  # nothing else, the orphan of the call before included
     finally:

@@ -173,7 +173,20 @@ def unmount(path: str) -> str:
     return f"{result} {caps}"
 
 
+@tool
+def signal_pid(pid: int) -> str:
+    """Send SIGUSR1 to `pid` (the supervisor): "ok" or the errno name."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGUSR1)
+    except OSError as exc:
+        return _errno_name(exc.errno or 0)
+    return "ok"
+
+
 TOOLS = [
+    signal_pid,
     unmount,
     loaded,
     burn,
