@@ -6,7 +6,7 @@
   `WorkerStartError`: how one worker failed to answer (turned into call outcomes, never raised to
   callers of `Sandbox.run`).
 - `ToolLoadFailed` (host/pool.py): `Sandbox.describe` could not load the tool references.
-- `LayerUnavailable` (isolation/cage.py): a layer the policy requires is missing on this host.
+- `LayerUnavailable` (isolation/layers.py): a layer the policy requires is missing on this host.
 - `FrameError` (wire/framing.py): a malformed or oversized frame.
 
 Tool outcomes (`Failed`, `TimedOut`, ...) are values, not errors: `Sandbox.run` never raises for a tool.

@@ -134,6 +134,7 @@ class Crashed(_Outcome, frozen=True, tag="crashed"):
 _UNITS = {
     "memory": "MiB",
     "file_size": "MiB",
+    "disk": "MiB",
     "output": "bytes",
     "cpu": "s",
     "processes": "",
@@ -168,6 +169,7 @@ def _policy_limit(policy: ResourcePolicy, resource: str) -> float | None:
         "open_files": policy.max_open_files,
         "file_size": policy.max_file_size_bytes,
         "output": policy.max_output_bytes,
+        "disk": policy.disk_bytes,
     }
     return values.get(resource)
 

@@ -72,3 +72,6 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """`network = "allowlist"`: connections one call may open through the proxy."""
     network_bytes: PositiveInt | None = 256 * MIB
     """`network = "allowlist"`: bytes (up plus down) one call may move through the proxy."""
+    disk_bytes: PositiveInt | None = 1024 * MIB
+    """Total writes of a worker to its private tmp dirs and temporary workdir: one size-capped tmpfs
+    (under the mount namespace), so a write past it fails with ENOSPC and the call is `over_limit`."""

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 from stockade.sandbox.child.forward import PROXY_SOCKET_ENV, start_forwarder
 from stockade.sandbox.host import importpath
-from stockade.sandbox.isolation import cage as isolation
+from stockade.sandbox.isolation import layers as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, read_frame_blocking, write_frame_blocking
 from stockade.sandbox.wire.protocol import (
@@ -56,7 +56,13 @@ EXIT_USAGE = 64
 EXIT_PROTOCOL = 65
 EXIT_REFUSED = 66
 
-_ERRNO_RESOURCES = {errno.EFBIG: "file_size", errno.EMFILE: "open_files", errno.EAGAIN: "processes"}
+_ERRNO_RESOURCES = {
+    errno.EFBIG: "file_size",
+    errno.EMFILE: "open_files",
+    errno.EAGAIN: "processes",
+    errno.ENOSPC: "disk",
+    errno.EDQUOT: "disk",
+}
 
 
 def _resource_of(exc: BaseException) -> str | None:

@@ -2,8 +2,9 @@
 
 The zygote is exec'd once per `Sandbox` (`python -P -s -m stockade.sandbox.child.zygote '<modules JSON>'`)
 with a scrubbed environment — never forked from the supervisor, whose heap holds the API key. It
-imports the worker (stockade's own modules, msgspec, psutil) and the trusted tool modules it is
-given (the built-in toolset), then forks one worker per `ForkRequest` received over a Unix socket.
+imports the worker (stockade's own modules and msgspec: never psutil, see `ruff.toml` here) and the
+trusted tool modules it is given (the built-in toolset), then forks one worker per `ForkRequest`
+received over a Unix socket.
 Any other tool module is imported by the worker after its limits are applied, exactly as in an
 exec'd worker, so a hostile import cannot poison the zygote.
 
@@ -51,7 +52,7 @@ from stockade.sandbox.wire.zygote import (
 
 __all__ = ["main"]
 
-WORKER_MODULES = ("stockade.sandbox.child.worker", "msgspec", "psutil")
+WORKER_MODULES = ("stockade.sandbox.child.worker", "msgspec")
 EXIT_FORK_FAILED = 70
 _ENV_START_FIELD = 47
 """Index of `env_start` (field 50 of /proc/<pid>/stat) among the fields after the command name."""

@@ -12,6 +12,7 @@ import time
 import psutil
 from stockade.sandbox.host.errors import WorkerDied, WorkerError, WorkerStartError, WorkerTimeout
 from stockade.sandbox.host.worker import WorkerProcess
+from stockade.sandbox.isolation import tree
 from stockade.sandbox.isolation.cage import CageUsage
 from stockade.sandbox.outcome import (
     Completed,
@@ -103,7 +104,7 @@ async def killed_outcome(
 def tree_cpu_s(worker: WorkerProcess) -> float:
     """CPU the worker (and its reaped children) used during this call, read while it lives."""
     try:
-        times = psutil.Process(worker.pid).cpu_times()
+        times = psutil.Process(tree.accounting_pid(worker.pid)).cpu_times()
     except psutil.Error:
         return 0.0
     return max(

@@ -19,8 +19,9 @@ CONTRACT between the pool/worker (sandbox core) and this module — keep these n
   Raises `LayerUnavailable` if a layer in `policy.require_layers` cannot be applied.
 
 Layers (names usable in `policy.require_layers`): `rlimits`, `setsid` (applied by the worker core),
-`cgroup`, `tree_kill` (parent side), `netns`, `mountns`, `uid`, `no_new_privs`, `landlock` (worker
-side). `STOCKADE_DISABLE_LAYERS=cgroup,netns,...` turns layers off (for degradation tests); it is
+`cgroup`, `tree_kill` (parent side), `userns`, `pidns`, `ipcns`, `netns`, `mountns`, `uid`, `keyring`,
+`no_new_privs`, `landlock` (worker side, in `layers.py`, which the worker imports without this module).
+`STOCKADE_DISABLE_LAYERS=cgroup,netns,...` turns layers off (for degradation tests); it is
 forwarded to the worker through `preexec_env()`.
 
 Errors: `LayerUnavailable` (a required layer is missing). Low-level `OSError`s never escape a layer:
@@ -35,14 +36,21 @@ import itertools
 import logging
 import os
 import signal
-from pathlib import Path
 
 import msgspec
-from stockade.sandbox.errors import SandboxError
 from stockade.sandbox.isolation import identity, tree, treekill
 from stockade.sandbox.isolation import probe as hostprobe
 from stockade.sandbox.isolation.cgroup import CgroupLayout, WorkerCgroup, discover_layout, sweep_stale
-from stockade.sandbox.isolation.layers import SUBREAPER_ENV, UID_ENV, WORKER_LAYERS, apply_worker_layers
+from stockade.sandbox.isolation.layers import (
+    CGROUP_ENV,
+    DISABLE_ENV,
+    LAYERS,
+    SUBREAPER_ENV,
+    UID_ENV,
+    LayerUnavailable,
+    apply_in_worker,
+    disabled_layers,
+)
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
@@ -59,17 +67,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DISABLE_ENV = "STOCKADE_DISABLE_LAYERS"
-CGROUP_ENV = "STOCKADE_CAGE_CGROUP"
-"""Tells the worker whether its cage has a cgroup ("on" / "unavailable: reason")."""
-PARENT_LAYERS = ("rlimits", "setsid", "cgroup", "tree_kill")
-LAYERS = (*PARENT_LAYERS, *WORKER_LAYERS)
 DISABLED_REASON = f"disabled by {DISABLE_ENV}"
 _cage_ids = itertools.count(1)
-
-
-class LayerUnavailable(SandboxError):
-    """A layer that the policy requires cannot be applied on this host."""
 
 
 class LayerStatus(msgspec.Struct, frozen=True):
@@ -83,12 +82,6 @@ class LayerStatus(msgspec.Struct, frozen=True):
 class CageUsage(msgspec.Struct, frozen=True):
     cpu_s: float | None = None
     max_rss_bytes: int | None = None
-
-
-def disabled_layers() -> frozenset[str]:
-    """Layers turned off through STOCKADE_DISABLE_LAYERS."""
-    raw = os.environ.get(DISABLE_ENV, "")
-    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
 @functools.cache
@@ -108,25 +101,6 @@ def probe() -> dict[str, LayerStatus]:
     if not statuses["cgroup"].available:
         statuses["tree_kill"] = LayerStatus("tree_kill", True, treekill.FALLBACK_METHOD)
     return statuses
-
-
-def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> None:
-    unknown = [name for name in required if name not in LAYERS]
-    missing = [f"{n} ({report[n]})" for n in required if n in report and report[n] != "on"]
-    if unknown or missing:
-        parts = [f"unknown layer(s): {', '.join(unknown)}"] if unknown else []
-        parts += [f"required isolation layer(s) unavailable: {', '.join(missing)}"] if missing else []
-        raise LayerUnavailable("; ".join(parts))
-
-
-def apply_in_worker(policy: ResourcePolicy, workdir: Path) -> dict[str, str]:
-    """Apply the worker-side layers; raises LayerUnavailable if a required one is not on."""
-    parent = {"rlimits": "on", "setsid": "on", "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
-    parent["tree_kill"] = "on"
-    report = {**parent, **apply_worker_layers(policy, workdir, disabled_layers())}
-    _refuse_if_missing(policy.require_layers, report)
-    log.info("worker_layers %s", " ".join(f"{k}={v.split(':')[0]}" for k, v in report.items()))
-    return report
 
 
 @functools.cache

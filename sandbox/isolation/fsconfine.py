@@ -1,7 +1,10 @@
-"""Filesystem confinement through a private mount namespace (worker side, needs root).
+"""Filesystem confinement through a private mount namespace (worker side: root, or a user namespace).
 
 Inside the worker's own mount namespace:
-- `/tmp`, `/var/tmp` and `/dev/shm` become private tmpfs mounts (bounded in size and inodes);
+- `/tmp`, `/var/tmp`, `/dev/shm` and a temporary workdir become folders of one private tmpfs whose
+  size is the policy's `disk` (a write past it fails with ENOSPC); with `disk` unlimited, each tmp
+  dir is its own 64 MiB tmpfs and the temporary workdir stays on the host's disk;
+- in a PID namespace of its own, the worker gets a fresh `/proc` showing only its namespace's pids;
 - secret directories (`/root`, `/home`, `/run`, `/etc/ssh`, ...) are covered by empty tmpfs mounts and
   secret files (`/etc/shadow`, ...) by `/dev/null`;
 - the interpreter, `sys.path` and `policy.read_only_paths` that lived under a covered directory are
@@ -18,9 +21,17 @@ import os
 import sys
 from collections.abc import Iterable
 
+import msgspec
 from stockade.sandbox.isolation import syscalls
 
-__all__ = ["HIDDEN_DIRS", "PRIVATE_TMP_DIRS", "SECRET_FILES", "confine_filesystem", "interpreter_paths"]
+__all__ = [
+    "HIDDEN_DIRS",
+    "PRIVATE_TMP_DIRS",
+    "SECRET_FILES",
+    "View",
+    "confine_filesystem",
+    "interpreter_paths",
+]
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 HIDDEN_DIRS = ("/root", "/home", "/run", "/etc/ssh", "/var/lib/sudo", "/var/spool/cron")
@@ -28,6 +39,10 @@ SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", 
 PRIVATE_TMP_BYTES = 64 << 20
 PRIVATE_TMP_INODES = 20_000
 HIDDEN_DIR_BYTES = 1 << 20
+DISK_INODES = 100_000
+DISK_PARTS = ".stockade-disk"
+STAGING_DIR = "/tmp"
+MS_NOEXEC = 8
 HIDDEN_DIR_MODE = "0711"  # traversable, not listable: lets the worker reach bound-back paths
 
 
@@ -90,28 +105,77 @@ def _bind_back(fd: int, path: str) -> None:
     syscalls.mount(source, path, None, syscalls.MS_BIND | syscalls.MS_REC)
 
 
-def confine_filesystem(workdir: str, writable: Iterable[str], readable: Iterable[str]) -> str:
+class View(msgspec.Struct, frozen=True, kw_only=True):
+    """What the worker's mount namespace shows: see the module docstring."""
+
+    workdir: str
+    writable: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
+    fresh_proc: bool = False
+    """Mount a new `/proc` (the worker is in a PID namespace of its own: it then shows only its pids)."""
+    disk_bytes: int | None = None
+    """Size of the one tmpfs behind the private tmp dirs (and a temporary workdir); None: 64 MiB each."""
+    temporary_workdir: bool = False
+    """The workdir is the worker's own scratch folder: it moves onto the disk tmpfs too."""
+
+
+def _mount_disk(tmp_dirs: list[str], workdir: str | None, size_bytes: int) -> None:
+    """One tmpfs of `size_bytes` behind every private tmp dir (and `workdir`): a cap on all writes.
+
+    The tmpfs is mounted on `/tmp`; a subfolder of it per target is bound onto that target, `/tmp`'s
+    own first (over the tmpfs root, which stays reachable through an fd), so no target sees the others.
+    """
+    _tmpfs(STAGING_DIR, size_bytes, DISK_INODES, "0755")
+    targets = [STAGING_DIR, *(p for p in tmp_dirs if p != STAGING_DIR), *([workdir] if workdir else [])]
+    root = os.open(STAGING_DIR, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, target in enumerate(targets):
+            part = os.path.join(STAGING_DIR, DISK_PARTS, str(index))
+            os.makedirs(part)
+            os.chmod(part, 0o700 if target == workdir else 0o1777)
+        for index, target in enumerate(targets):
+            os.makedirs(target, exist_ok=True)
+            syscalls.mount(f"/proc/self/fd/{root}/{DISK_PARTS}/{index}", target, None, syscalls.MS_BIND)
+    finally:
+        os.close(root)
+
+
+def confine_filesystem(view: View) -> str:
     """Enter a private mount namespace and confine writes and secret reads; returns a detail string.
 
     Raises OSError if a step fails (the caller reports the layer unavailable).
     """
-    rw_paths = sorted({os.path.abspath(workdir), *(os.path.abspath(p) for p in writable)}, key=len)
+    workdir = os.path.abspath(view.workdir)
     tmp_dirs = [p for p in PRIVATE_TMP_DIRS if os.path.isdir(p)]
+    disk_on = view.disk_bytes is not None and STAGING_DIR in tmp_dirs
+    disk_workdir = workdir if view.temporary_workdir and disk_on else None
+    rw_paths = sorted({workdir, *(os.path.abspath(p) for p in view.writable)} - {disk_workdir}, key=len)
     hidden = [p for p in HIDDEN_DIRS if os.path.isdir(p) and not os.path.islink(p)]
     covered = tmp_dirs + hidden
-    ro_paths = [p for p in (*interpreter_paths(), *readable) if _under(p, covered) and p not in rw_paths]
+    ro_paths = [p for p in (*interpreter_paths(), *view.readable) if _under(p, covered) and p not in rw_paths]
     syscalls.unshare(syscalls.CLONE_NEWNS)
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    if view.fresh_proc:
+        syscalls.mount("proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | MS_NOEXEC)
     fds = _open_keep([*ro_paths, *rw_paths])
     try:
-        _cover(tmp_dirs, hidden)
+        if disk_on and view.disk_bytes is not None:
+            _mount_disk(tmp_dirs, disk_workdir, view.disk_bytes)
+            _cover([], hidden)
+        else:
+            _cover(tmp_dirs, hidden)
         for path in sorted(fds, key=len):
             _bind_back(fds[path], path)
     finally:
         for fd in fds.values():
             os.close(fd)
     syscalls.mount_setattr("/", syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID, recursive=True)
-    for path in [*tmp_dirs, *(p for p in rw_paths if p in fds)]:
+    writable = [*tmp_dirs, *([disk_workdir] if disk_workdir else []), *(p for p in rw_paths if p in fds)]
+    for path in writable:
         syscalls.mount_setattr(path, 0, syscalls.MOUNT_ATTR_RDONLY)
     os.chdir(workdir)  # a cwd inside a covered directory would still reach what it hides
-    return f"ro root, private {','.join(tmp_dirs)}, hidden {','.join(hidden)}, {len(rw_paths)} writable"
+    disk = f"{view.disk_bytes} bytes" if disk_on else "unlimited"
+    return (
+        f"ro root, private {','.join(tmp_dirs)}, hidden {','.join(hidden)}, {len(writable)} writable, "
+        f"disk {disk}" + (", own /proc" if view.fresh_proc else "")
+    )

@@ -1,10 +1,13 @@
 """The worker-side layers, applied in order inside the worker before any tool code is imported.
 
-Order matters: the network and mount namespaces need root, so they come first; then the uid drop
-(which also drops every capability); then no_new_privs, which Landlock needs as a non-root caller;
-Landlock after the final mount layout, because its path rules resolve when they are added; seccomp
-last of all, just before tool modules are imported, because every setup step before it (namespaces,
-mounts, keyrings) needs syscalls it refuses.
+Order matters. As non-root, a user namespace comes first (it maps the user's own uid and gives the
+capabilities the other namespaces need inside it). Then the PID namespace (the worker forks: it
+becomes pid 2 under a tiny init, and must already be in its cgroup), the IPC namespace, the network
+and mount namespaces (the mount namespace mounts the PID namespace's own `/proc`); then the uid drop
+(root only; it also drops every capability), a fresh keyring (after the drop, so it is the slot uid's),
+no_new_privs, which Landlock needs as a non-root caller; Landlock after the final mount layout,
+because its path rules resolve when they are added; seccomp last of all, just before tool modules are
+imported, because every setup step before it (namespaces, mounts, keyrings) needs syscalls it refuses.
 Each step's outcome is "on", "off: <policy reason>" or "unavailable: <reason>".
 """
 
@@ -17,21 +20,59 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from stockade.sandbox.isolation import fsconfine, identity, syscalls
+from stockade.sandbox.errors import SandboxError
+from stockade.sandbox.isolation import fsconfine, identity, namespaces, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.isolation.loopback import bring_loopback_up
 from stockade.sandbox.isolation.seccomp import apply_seccomp
 from stockade.sandbox.policy import ResourcePolicy
 
-__all__ = ["UID_ENV", "WORKER_LAYERS", "apply_worker_layers"]
+__all__ = [
+    "CGROUP_ENV",
+    "DISABLE_ENV",
+    "UID_ENV",
+    "WORKER_LAYERS",
+    "LayerUnavailable",
+    "apply_in_worker",
+    "apply_worker_layers",
+    "disabled_layers",
+]
 
 log = logging.getLogger(__name__)
 
 UID_ENV = "STOCKADE_CAGE_UID"
 SUBREAPER_ENV = "STOCKADE_CAGE_SUBREAPER"
-WORKER_LAYERS = ("netns", "mountns", "uid", "no_new_privs", "landlock", "seccomp")
+DISABLE_ENV = "STOCKADE_DISABLE_LAYERS"
+CGROUP_ENV = "STOCKADE_CAGE_CGROUP"
+"""Tells the worker whether its cage has a cgroup ("on" / "unavailable: reason")."""
+MARKER_ENV = "STOCKADE_WORKER_ID"
+"""The worker id (as in `tree.MARKER_ENV`); its cgroup's name carries it."""
+WORKER_LAYERS = (
+    "userns",
+    "pidns",
+    "ipcns",
+    "netns",
+    "mountns",
+    "uid",
+    "keyring",
+    "no_new_privs",
+    "landlock",
+    "seccomp",
+)
+PARENT_LAYERS = ("rlimits", "setsid", "cgroup", "tree_kill")
+LAYERS = (*PARENT_LAYERS, *WORKER_LAYERS)
 WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full")
 ON = "on"
+
+
+class LayerUnavailable(SandboxError):
+    """A layer that the policy requires cannot be applied on this host."""
+
+
+def disabled_layers() -> frozenset[str]:
+    """Layers turned off through STOCKADE_DISABLE_LAYERS."""
+    raw = os.environ.get(DISABLE_ENV, "")
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
 class _Run:
@@ -57,8 +98,9 @@ class _Run:
         return self.report[name] == ON
 
 
-def _netns(root: bool, loopback: bool = False) -> str:
-    flags = syscalls.CLONE_NEWNET if root else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
+def _netns(privileged: bool, loopback: bool = False) -> str:
+    # Unprivileged and without a user namespace of its own: a bare one just for the network.
+    flags = syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
     syscalls.unshare(flags)
     if loopback:  # network=allowlist: the egress forwarder listens on lo
         return f"private network namespace, {bring_loopback_up()}"
@@ -75,6 +117,10 @@ def _uid_step(mountns_on: bool, owned: list[str]) -> Callable[[], str]:
     return drop
 
 
+def _needs_privilege() -> str:
+    raise OSError(errno.EPERM, f"needs root or a user namespace (running as uid {os.getuid()})")
+
+
 def _needs_root() -> str:
     raise OSError(errno.EPERM, f"needs root (running as uid {os.getuid()})")
 
@@ -82,6 +128,26 @@ def _needs_root() -> str:
 def _no_new_privs() -> str:
     syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
     return "set"
+
+
+def _pidns() -> str:
+    if os.environ.get(CGROUP_ENV) == ON:
+        # The init and the worker are forked now: they must be born inside the worker's cgroup.
+        namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""))
+    detail = namespaces.enter_pidns()
+    if os.environ.get(SUBREAPER_ENV) == "1":
+        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)  # the forked worker is a new process
+    return detail
+
+
+def _drop_userns_capabilities(run: _Run) -> None:
+    """The capabilities a user namespace gave the worker are for building its cage: drop them (a tool
+    holding CAP_SYS_ADMIN in there could unmount what hides the home directory)."""
+    try:
+        namespaces.drop_capabilities()
+    except OSError as exc:
+        run.report["userns"] = f"unavailable: {exc.strerror or exc}"
+        log.warning("capability_drop_failed error=%s", exc)
 
 
 def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool) -> Callable[[], str]:
@@ -93,6 +159,18 @@ def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool
     )
 
 
+def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Callable[[], str]:
+    view = fsconfine.View(
+        workdir=str(workdir),
+        writable=policy.writable_paths,
+        readable=policy.read_only_paths,
+        fresh_proc=pidns_on,
+        disk_bytes=policy.disk_bytes,
+        temporary_workdir=policy.workdir is None,
+    )
+    return lambda: fsconfine.confine_filesystem(view)
+
+
 def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collection[str]) -> dict[str, str]:
     """Apply every worker layer in order; returns the per-layer report."""
     root = os.geteuid() == 0
@@ -101,16 +179,42 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
         syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
     run = _Run(disabled)
+    userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
+    privileged = root or userns_on
+    run.step("pidns", _pidns if privileged else _needs_privilege)
+    run.step("ipcns", namespaces.enter_ipcns if privileged else _needs_privilege)
     private_net = policy.network in ("none", "allowlist")
     loopback = policy.network == "allowlist"
-    run.step("netns", lambda: _netns(root, loopback), None if private_net else f"network={policy.network}")
-    confine = lambda: fsconfine.confine_filesystem(  # noqa: E731
-        str(workdir), policy.writable_paths, policy.read_only_paths
-    )
-    mountns_on = run.step("mountns", confine if root else _needs_root)
-    run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    netns_off = None if private_net else f"network={policy.network}"
+    run.step("netns", lambda: _netns(privileged, loopback), netns_off)
+    pidns_on = run.report["pidns"] == ON
+    confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
+    mountns_on = run.step("mountns", confine)
+    if userns_on:
+        _drop_userns_capabilities(run)
+    uid_on = run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    run.step("keyring", lambda: namespaces.join_fresh_keyring(clear_user_keyrings=uid_on))
     run.step("no_new_privs", _no_new_privs)
     run.step("landlock", _landlock_step(policy, writable, mountns_on))
     # Keep last: any step added above may need the syscalls it refuses.
     run.step("seccomp", apply_seccomp, None if run.report["no_new_privs"] == ON else "needs no_new_privs")
     return run.report
+
+
+def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> None:
+    unknown = [name for name in required if name not in LAYERS]
+    missing = [f"{n} ({report[n]})" for n in required if n in report and report[n] != ON]
+    if unknown or missing:
+        parts = [f"unknown layer(s): {', '.join(unknown)}"] if unknown else []
+        parts += [f"required isolation layer(s) unavailable: {', '.join(missing)}"] if missing else []
+        raise LayerUnavailable("; ".join(parts))
+
+
+def apply_in_worker(policy: ResourcePolicy, workdir: Path) -> dict[str, str]:
+    """Apply the worker-side layers; raises LayerUnavailable if a required one is not on."""
+    parent = {"rlimits": ON, "setsid": ON, "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
+    parent["tree_kill"] = ON
+    report = {**parent, **apply_worker_layers(policy, workdir, disabled_layers())}
+    _refuse_if_missing(policy.require_layers, report)
+    log.info("worker_layers %s", " ".join(f"{k}={v.split(':')[0]}" for k, v in report.items()))
+    return report

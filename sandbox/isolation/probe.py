@@ -1,8 +1,9 @@
 """Probe which isolation layers this host supports, by trying them.
 
 Parent-side layers (cgroup) are tried in this process (mkdir + rmdir of a probe cgroup). Worker-side
-layers (netns, mountns, landlock, no_new_privs) are tried in a short-lived forked child, so the probe
-changes nothing in the calling process. Results are `(available, detail-or-reason)` per layer.
+layers (userns, pidns, ipcns, netns, mountns, keyring, landlock, no_new_privs) are tried in a
+short-lived forked child, so the probe changes nothing in the calling process. Results are
+`(available, detail-or-reason)` per layer.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import select
 import sys
 from collections.abc import Callable
 
-from stockade.sandbox.isolation import identity, syscalls
+from stockade.sandbox.isolation import identity, namespaces, syscalls
 from stockade.sandbox.isolation.cgroup import WorkerCgroup, discover_layout
 from stockade.sandbox.isolation.landlock import landlock_probe
 from stockade.sandbox.isolation.seccomp import seccomp_probe
@@ -49,10 +50,30 @@ def _try(step: str, results: dict[str, str], fn: Callable[[], str]) -> None:
         results[step] = f"unavailable: {exc.strerror or exc}"
 
 
-def _netns() -> str:
-    root = os.geteuid() == 0
-    syscalls.unshare(syscalls.CLONE_NEWNET if root else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET)
-    return "private network namespace" + ("" if root else " (in a user namespace)")
+def _netns(privileged: bool) -> str:
+    syscalls.unshare(syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET)
+    return "private network namespace" + ("" if os.geteuid() == 0 else " (in a user namespace)")
+
+
+def _pidns() -> str:
+    syscalls.unshare(namespaces.CLONE_NEWPID)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if os.getpid() == 1 else 1)
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        raise OSError(0, "the first child is not pid 1")
+    return "own PID namespace under a tiny init; /proc shows only its processes"
+
+
+def _ipcns() -> str:
+    namespaces.enter_ipcns()
+    return "private SysV shared memory, semaphores and message queues"
+
+
+def _keyring() -> str:
+    namespaces.join_fresh_keyring(clear_user_keyrings=False)
+    return "fresh session keyring" + (" (slot uid's user keyrings emptied)" if os.geteuid() == 0 else "")
 
 
 def _mounts() -> str:
@@ -70,13 +91,21 @@ def _no_new_privs() -> str:
 
 
 def _child_checks() -> dict[str, str]:
-    """Run in a forked child: try each worker layer for real."""
+    """Run in a forked child: try each worker layer for real (as non-root, inside a user namespace)."""
     results: dict[str, str] = {}
-    _try("netns", results, _netns)
-    if os.geteuid() == 0:
-        _try("mountns", results, _mounts)
+    root = os.geteuid() == 0
+    if root:
+        results["userns"] = "off: not used as root (slot uids instead)"
     else:
-        results["mountns"] = "unavailable: needs root (not implemented inside a user namespace)"
+        _try("userns", results, lambda: namespaces.enter_userns() + " in a user namespace")
+    privileged = root or results["userns"].startswith("on")
+    _try("keyring", results, _keyring)
+    _try("netns", results, lambda: _netns(privileged))
+    for name, fn in (("ipcns", _ipcns), ("mountns", _mounts), ("pidns", _pidns)):
+        if privileged:
+            _try(name, results, fn)
+        else:
+            results[name] = "unavailable: needs root or a user namespace (" + results["userns"] + ")"
     _try("no_new_privs", results, _no_new_privs)
     ok, detail = landlock_probe()
     results["landlock"] = ("on: " if ok else "unavailable: ") + detail
@@ -109,7 +138,7 @@ def _fork_checks() -> dict[str, str]:
 
 def _uid_status(mountns_ok: bool) -> tuple[bool, str]:
     if os.geteuid() != 0:
-        return False, f"not root: the worker keeps uid {os.geteuid()}"
+        return False, f"not root: the worker keeps uid {os.geteuid()} (mapped to itself under userns)"
     if not mountns_ok and not identity.traversable_by_others(sys.base_prefix):
         return (
             False,
@@ -128,7 +157,7 @@ def probe_host() -> ProbeResult:
         "tree_kill": (True, kill_method),
     }
     checks = _fork_checks() if sys.platform.startswith("linux") else {}
-    for name in ("netns", "mountns", "no_new_privs", "landlock", "seccomp"):
+    for name in ("userns", "pidns", "ipcns", "netns", "mountns", "keyring", "no_new_privs", "landlock", "seccomp"):
         text = checks.get(name, "unavailable: probe failed")
         status, _, detail = text.partition(": ")
         result[name] = (status == "on", detail)

@@ -74,13 +74,64 @@ def _alive_pid(pid: int) -> bool:
     return False
 
 
-def _send(pids: set[int], root_pid: int, sig: int) -> None:
-    if psutil.pid_exists(root_pid):  # unreaped, so its pid (and process group id) is not reused
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(root_pid, sig)
+def _is_ours(pid: int, cgroup: WorkerCgroup | None, marker: str) -> bool:
+    """Whether `pid` is in the worker's cgroup or carries its marker."""
+    if cgroup is not None and pid in cgroup.pids():
+        return True
+    with contextlib.suppress(psutil.Error):
+        return bool(psutil.Process(pid).environ().get(MARKER_ENV) == marker)
+    return False
+
+
+def _pidfds(pids: set[int]) -> dict[int, int]:
+    fds = {}
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
+        with contextlib.suppress(OSError):
+            fds[pid] = os.pidfd_open(pid)
+    return fds
+
+
+def _signal_fd(fd: int, sig: int) -> bool:
+    try:
+        signal.pidfd_send_signal(fd, sig)
+    except OSError:
+        return False
+    return True
+
+
+class _Sender:
+    """Signals the tree's members through pidfds, never by a bare pid that may have been reused:
+    each found pid is opened as a pidfd, the membership is read again, and only the pidfds of pids
+    still members then are signalled (a pid reused before its pidfd was opened is no member)."""
+
+    def __init__(self, root_pid: int, cgroup: WorkerCgroup | None, marker: str) -> None:
+        self.root_pid = root_pid
+        self.cgroup = cgroup
+        self.marker = marker
+        self.root_fd = _pidfds({root_pid}).get(root_pid)
+        if self.root_fd is not None and not _is_ours(root_pid, cgroup, marker):
+            self.close()  # its number was taken over: never touch that process (or its group)
+
+    def send(self, pids: set[int], sig: int) -> None:
+        if self.root_fd is not None and _signal_fd(self.root_fd, 0):
+            # The root lives (its pidfd says so), so its pid and process group id are still its own.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.root_pid, sig)
+        fds = _pidfds(pids)
+        try:
+            still = _members(self.root_pid, self.cgroup, self.marker) if fds else set()
+            for pid, fd in fds.items():
+                if pid in still:
+                    _signal_fd(fd, sig)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+
+    def close(self) -> None:
+        """Drop the root's pidfd. Idempotent."""
+        if self.root_fd is not None:
+            os.close(self.root_fd)
+            self.root_fd = None
 
 
 def _wait_empty(
@@ -106,27 +157,31 @@ def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker
         seen.update(found)
         return found
 
-    return _term_then_kill(root_pid, grace_s, cgroup, members)
+    sender = _Sender(root_pid, cgroup, marker)
+    try:
+        return _term_then_kill(sender, grace_s, cgroup, members)
+    finally:
+        sender.close()
 
 
 def _term_then_kill(
-    root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, members: Callable[[], set[int]]
+    sender: _Sender, grace_s: float, cgroup: WorkerCgroup | None, members: Callable[[], set[int]]
 ) -> bool:
     if grace_s > 0:
         first = members()
-        _send(first, root_pid, signal.SIGTERM)
-        _send(first, root_pid, signal.SIGCONT)
+        sender.send(first, signal.SIGTERM)
+        sender.send(first, signal.SIGCONT)
         if _wait_empty(members, grace_s, lambda _alive: None):
             return True
     if cgroup is not None:
         cgroup.kill_all(KILL_TIMEOUT_S)
 
     def kill(alive: set[int]) -> None:
-        _send(alive, root_pid, signal.SIGCONT)
-        _send(alive, root_pid, signal.SIGKILL)
+        sender.send(alive, signal.SIGCONT)
+        sender.send(alive, signal.SIGKILL)
 
     kill(members())
     if _wait_empty(members, KILL_TIMEOUT_S, kill):
         return True
-    log.warning("tree_kill_leak root=%d survivors=%s", root_pid, sorted(members()))
+    log.warning("tree_kill_leak root=%d survivors=%s", sender.root_pid, sorted(members()))
     return False

@@ -150,6 +150,7 @@ _FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "allow_hosts": ("allow_hosts", _host_patterns, _HOSTS),
     "network_connections": ("network_connections", _or_unlimited(_count), 'an integer >= 1 or "unlimited"'),
     "network_bytes": ("network_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
+    "disk": ("disk_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
 }
 _CONFIRM_KEY = "require_confirmation"
 _POLICY_TO_KEY = {field: key for key, (field, _, _) in _FIELDS.items()}

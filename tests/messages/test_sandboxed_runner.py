@@ -36,8 +36,11 @@ USER = [{"role": "user", "content": "go"}]
 
 @pytest.fixture(autouse=True)
 def worker_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Workers import the test tools from the repository, so they get it on their PYTHONPATH."""
+    """Workers import the test tools from the repository, so they get it on their PYTHONPATH. The
+    tools report their pid for the test to watch from outside: no PID namespace, whose pids the host
+    cannot see (tests/sandbox/test_escapes_ns.py covers it)."""
     monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "pidns")
 
 
 def refs(*names: str) -> list[str]:

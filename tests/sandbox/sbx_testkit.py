@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import sys
 from collections.abc import Awaitable, Callable, Iterator
@@ -64,6 +65,30 @@ def marked_pids(marker: str) -> set[int]:
     return found
 
 
+def _inner_pid(pid: int) -> int | None:
+    """`pid`'s number in its innermost PID namespace (None if it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def worker_processes(sandbox: Sandbox) -> set[int]:
+    """The live workers' own processes: each worker and, where it runs in a PID namespace of its own,
+    that namespace's init (pid 1) and worker (pid 2) — never what a tool started."""
+    found = set()
+    for pid in sandbox.worker_pids():
+        found.add(pid)
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(pid).children(recursive=True):
+                if _inner_pid(child.pid) in (1, 2):
+                    found.add(child.pid)
+    return found
+
+
 @pytest.fixture(autouse=True)
 def sandbox_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Hostile tools importable through PYTHONPATH; a canary secret in the supervisor's env; and,
@@ -94,6 +119,6 @@ async def call(sandbox: Sandbox, name: str, thread: str | None = None, **input: 
 
 async def assert_pool_healthy(sandbox: Sandbox) -> None:
     """Only live workers carry the marker, and a benign call succeeds."""
-    assert marked_pids(sandbox.marker) <= sandbox.worker_pids()
+    assert marked_pids(sandbox.marker) <= worker_processes(sandbox)
     outcome = await call(sandbox, "echo", text="still fine")
     assert outcome.kind == "completed" and outcome.content() == [{"type": "text", "text": "still fine"}]

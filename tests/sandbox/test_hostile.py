@@ -102,7 +102,7 @@ def test_double_forked_daemon_does_not_outlive_the_call() -> None:
     async def scenario(sandbox: Sandbox) -> None:
         outcome = await call(sandbox, "daemon", marker="daemon.log")
         assert outcome.kind == "completed"
-        assert marked_pids(sandbox.marker) == sandbox.worker_pids()
+        assert marked_pids(sandbox.marker) == kit.worker_processes(sandbox)
         await assert_pool_healthy(sandbox)
 
     in_sandbox(scenario)
@@ -151,7 +151,7 @@ def test_cancelling_the_caller_kills_the_tree() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert marked_pids(sandbox.marker) <= sandbox.worker_pids()
+        assert marked_pids(sandbox.marker) <= kit.worker_processes(sandbox)
         await assert_pool_healthy(sandbox)
 
     in_sandbox(scenario)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from stockade.sandbox.isolation.cage import LAYERS, probe
 from stockade.sandbox.isolation.doctor import doctor_report, format_table
@@ -112,7 +113,9 @@ def test_writes_confined_to_workdir(workdir: Path) -> None:
         for path in host_files[:2]:
             path.write_text("original")
         inside = workdir / "ok.txt"
-        out = harness.run_child("write_files", POLICY, workdir, paths=[str(inside), *map(str, host_files)])
+        # A configured workdir (a temporary one lives on the worker's own disk tmpfs, unseen here).
+        policy = msgspec.structs.replace(POLICY, workdir=str(workdir))
+        out = harness.run_child("write_files", policy, workdir, paths=[str(inside), *map(str, host_files)])
         assert out["report"]["mountns"] == "on"
         assert out["result"][str(inside)] == "ok"
         assert inside.read_text() == "pwned"
@@ -158,8 +161,11 @@ def _assert_supervisor_untouched(out: dict[str, dict[str, str]], hits: list[int]
     assert state != "T"
 
 
-def test_dropped_worker_cannot_signal_or_ptrace_supervisor(workdir: Path, usr1_counter: list[int]) -> None:
+def test_dropped_worker_cannot_signal_or_ptrace_supervisor(
+    workdir: Path, usr1_counter: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     need("uid")
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "pidns")  # which would hide the supervisor's pid
     out = harness.run_child("signal_supervisor", POLICY, workdir, pid=os.getpid())
     _assert_supervisor_untouched(out, usr1_counter)
 
@@ -168,7 +174,7 @@ def test_root_worker_with_landlock_only_cannot_signal_supervisor(
     workdir: Path, usr1_counter: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     need("landlock")
-    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "uid,mountns,netns")
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "uid,mountns,netns,pidns")
     out = harness.run_child("signal_supervisor", POLICY, workdir, pid=os.getpid())
     assert out["report"]["uid"].startswith("unavailable") and out["report"]["landlock"] == "on"
     _assert_supervisor_untouched(out, usr1_counter)

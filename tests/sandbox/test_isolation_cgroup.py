@@ -94,9 +94,13 @@ def test_double_fork_daemon_dead_after_kill_tree(
 ) -> None:
     if not disabled:
         need_cgroup()
-    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", disabled)
+    # The parent-side tree kill on its own: in a PID namespace the daemon would die with its init
+    # (test_escapes_ns.py), and the pids it reports would be the namespace's.
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", f"{disabled},pidns")
     marker = workdir / "marker"
-    worker = harness.Worker("daemon", ResourcePolicy(), workdir, marker=str(marker), linger=linger)
+    # A configured workdir: a temporary one is the worker's own tmpfs, which the test could not watch.
+    policy = ResourcePolicy(workdir=str(workdir))
+    worker = harness.Worker("daemon", policy, workdir, marker=str(marker), linger=linger)
     try:
         daemon_pid = worker.result()["result"]
         assert os.getsid(daemon_pid) != worker.proc.pid  # it left the worker's session
@@ -112,7 +116,8 @@ def test_double_fork_daemon_dead_after_kill_tree(
         worker.finish()
 
 
-def test_stopped_tree_is_killed(workdir: Path) -> None:
+def test_stopped_tree_is_killed(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "pidns")  # the stopped worker is the process we watch
     worker = harness.Worker("stop_self", ResourcePolicy(), workdir)
     try:
         deadline = time.monotonic() + 10

@@ -111,7 +111,8 @@ def test_tool_cannot_signal_supervisor() -> None:
         outcome = call("signal_pid", pid=os.getpid())
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert text(outcome) == "EPERM" and hits == []
+    # EPERM from the uid layer, or ESRCH where the PID namespace hides the supervisor altogether.
+    assert text(outcome) in ("EPERM", "ESRCH") and hits == []
 
 
 def test_memory_bomb_is_over_limit_memory() -> None:

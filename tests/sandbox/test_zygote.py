@@ -80,7 +80,10 @@ async def _whoami(sandbox: Sandbox, index: int = 0) -> dict[str, Any]:
     return dict(json.loads(outcome.blocks[0]["text"]))
 
 
-def test_fresh_per_call_workers_are_forked_from_the_zygote() -> None:
+def test_fresh_per_call_workers_are_forked_from_the_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pids a tool sees inside a PID namespace are the namespace's own: look from outside it.
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", "pidns")
+
     async def scenario(sandbox: Sandbox) -> None:
         seen = [await _whoami(sandbox, i) for i in range(CALLS)]
         assert sandbox.zygote_pid is not None

@@ -78,6 +78,11 @@ def _writable(path: Path) -> ResourcePolicy:
     return ResourcePolicy(env_passthrough=("PYTHONPATH",), writable_paths=(str(path),), pool_size=0)
 
 
+NO_PIDNS = "pidns"
+"""The slow tool writes its pid for the test to watch from outside: in a PID namespace it would be the
+namespace's own (tests/sandbox/test_escapes_ns.py covers that layer)."""
+
+
 def _slow_call(mark: Path) -> dict[str, Any]:
     return {"tool_use": "slow", "id": "tu_1", "input": {"seconds": 60, "mark": str(mark)}}
 
@@ -99,8 +104,9 @@ def _assert_stopped_and_reaped(end: Any, records: list[Any], pid: int) -> None:
 
 
 def test_abort_from_another_thread_stops_the_tool_and_posts_its_result(
-    emulator: Emulator, tmp_path: Path
+    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
     mark = tmp_path / "pid"
 
     def during(_emu: Emulator, _sid: str, runner: SessionRunner) -> None:
@@ -115,7 +121,10 @@ def test_abort_from_another_thread_stops_the_tool_and_posts_its_result(
     assert out.elapsed_s < 15
 
 
-def test_sigterm_aborts_the_run_cleanly(emulator: Emulator, tmp_path: Path) -> None:
+def test_sigterm_aborts_the_run_cleanly(
+    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
     mark = tmp_path / "pid"
     sid = emulator.add_session({"steps": [_slow_call(mark)]})  # type: ignore[arg-type]
     records: list[Any] = []
@@ -162,7 +171,10 @@ def test_async_iteration_yields_records_and_an_early_break_aborts_cleanly(emulat
     assert len(emulator.requests(sid, "send")) == 3
 
 
-def test_thread_termination_ends_its_stateful_worker(emulator: Emulator, tmp_path: Path) -> None:
+def test_thread_termination_ends_its_stateful_worker(
+    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
     mark = tmp_path / "pid"
     policy = ResourcePolicy(
         env_passthrough=("PYTHONPATH",),
