@@ -157,7 +157,17 @@ def probe_host() -> ProbeResult:
         "tree_kill": (True, kill_method),
     }
     checks = _fork_checks() if sys.platform.startswith("linux") else {}
-    for name in ("userns", "pidns", "ipcns", "netns", "mountns", "keyring", "no_new_privs", "landlock", "seccomp"):
+    for name in (
+        "userns",
+        "pidns",
+        "ipcns",
+        "netns",
+        "mountns",
+        "keyring",
+        "no_new_privs",
+        "landlock",
+        "seccomp",
+    ):
         text = checks.get(name, "unavailable: probe failed")
         status, _, detail = text.partition(": ")
         result[name] = (status == "on", detail)
