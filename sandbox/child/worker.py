@@ -2,8 +2,8 @@
 
 Start-up order matters: ignore SIGINT, apply rlimits, become a subreaper, enter the workdir, apply
 the isolation layers, and only then answer `Ready`. Tool code never runs outside the limits: the tool
-references the supervisor expects this worker to serve (`preload_refs`) are imported after `Ready`,
-any other when a request names it. Then: one request, one reply,
+references the supervisor expects this worker to serve (`preload_refs`) are imported when `Caged`
+says the supervisor has put the worker in its cgroups, any other when a request names it. Then: one request, one reply,
 until `Shutdown` or the request pipe closes. After each call of a pooled worker, every process the
 tool left behind is killed, so the next call starts clean.
 
@@ -30,6 +30,7 @@ from stockade.sandbox.wire.framing import FrameError, PeerClosed, read_frame_blo
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
     CallUsage,
+    Caged,
     Described,
     DescribeTools,
     FromWorker,
@@ -136,8 +137,8 @@ class Worker:
 
     def preload(self) -> None:
         """Import the configured tool references ahead of the first request, so a worker started
-        in advance has paid for its imports before a call arrives. Runs after every layer and
-        limit, like any tool code; a failure is reported by the call that needs the reference."""
+        in advance has paid for its imports before a call arrives. Runs on `Caged`, after every
+        layer and limit (the cgroups included), like any tool code; a failure is reported by the call that needs the reference."""
         for ref in self.config.preload_refs:
             with contextlib.suppress(ToolLoadError):
                 self.tools(ref)
@@ -231,6 +232,9 @@ class Worker:
                 return EXIT_PROTOCOL
             if isinstance(request, Shutdown):
                 return EXIT_OK
+            if isinstance(request, Caged):
+                self.preload()
+                continue
             reply = self.describe(request) if isinstance(request, DescribeTools) else self.run(request)
             self.send(reply)
 
@@ -267,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
         worker.send(Refused(version=PROTOCOL_VERSION, message=report))
         return EXIT_REFUSED
     worker.send(Ready(version=PROTOCOL_VERSION, pid=os.getpid(), isolation=report))
-    worker.preload()
     return worker.serve()
 
 

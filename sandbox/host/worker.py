@@ -41,6 +41,7 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
+    Caged,
     FromWorker,
     Ready,
     Refused,
@@ -192,7 +193,8 @@ class WorkerProcess:
             raise
 
     async def start(self) -> None:
-        """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
+        """Spawn the worker, wait for its `Ready`, then tell it it is `Caged` (in its cgroups, so its
+        tool modules may be imported); raises `WorkerStartError` (the worker is then dead)."""
         loop = asyncio.get_running_loop()
         await self._prepare_off_loop()
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
@@ -218,11 +220,16 @@ class WorkerProcess:
             try:
                 await self._connect(loop, req_w, rep_r, out_r, err_r)
             finally:
-                await attach
+                attached = await attach
             await self._handshake()
         except asyncio.CancelledError:
             self.kill_now()  # Nobody else knows this worker yet.
             raise
+        if not attached:
+            self.isolation["cgroup"] = "unavailable: the worker could not be moved into its cgroup"
+        # Only now may tool code run: the worker imports its tool modules on this go-ahead, so a
+        # module that forks at import cannot leave children outside the cgroups (issue 14, item 1).
+        self._writer.write(frame(encode(Caged())))
 
     async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
         """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
