@@ -20,8 +20,8 @@ from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "CallUsage",
     "Caged",
+    "CallUsage",
     "DescribeTools",
     "Described",
     "FromWorker",

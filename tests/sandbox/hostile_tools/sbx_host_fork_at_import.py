@@ -14,9 +14,8 @@ STEP_BYTES = 8 << 20
 
 
 def _hog() -> None:
-    with open(f"hog-{os.getpid()}", "w") as out:
-        with open("/proc/self/cgroup") as own:
-            out.write(own.read())
+    with open(f"hog-{os.getpid()}", "w") as out, open("/proc/self/cgroup") as own:
+        out.write(own.read())
     chunks = []
     for _ in range(HOG_BYTES // STEP_BYTES):
         chunks.append(bytearray(b"x" * STEP_BYTES))
