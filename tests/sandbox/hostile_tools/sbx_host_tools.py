@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-import stockade.tools.base as base
+from stockade.tools import base
 from stockade.tools.base import tool
 
 CALLS = {"count": 0}
