@@ -196,7 +196,10 @@ class WorkerProcess:
         """Spawn the worker, wait for its `Ready`, then tell it it is `Caged` (in its cgroups, so its
         tool modules may be imported); raises `WorkerStartError` (the worker is then dead)."""
         loop = asyncio.get_running_loop()
-        await self._prepare_off_loop()
+        try:
+            await self._prepare_off_loop()
+        except OSError as exc:  # No workdir, cgroup or free slot uid: this worker cannot start.
+            raise WorkerStartError(f"worker could not be prepared: {exc}") from None
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
         env = limits.worker_env(self.policy, self.workdir, self.cage.preexec_env())

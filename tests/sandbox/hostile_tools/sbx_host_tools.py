@@ -55,4 +55,10 @@ def tiny_blocks(count: int) -> list[dict[str, Any]]:
     return [{"type": "text", "text": "x"} for _ in range(count)]
 
 
-TOOLS = [forge, honest, spy, counter, tiny_blocks]
+@tool
+def whoami() -> str:
+    """The uid this worker runs as."""
+    return str(os.getuid())
+
+
+TOOLS = [forge, honest, spy, counter, tiny_blocks, whoami]
