@@ -41,3 +41,38 @@ def test_300000_tiny_blocks_are_truncated_not_a_protocol_error() -> None:
         assert len(msgspec.msgpack.encode(blocks)) <= WARM.max_output_bytes + (64 << 10) + 1024
 
     kit.in_sandbox(scenario, default=WARM)
+
+
+@pytest.mark.timeout(60)
+def test_a_tool_patching_its_worker_cannot_forge_or_spy_on_another_tools_calls() -> None:
+    async def scenario(sandbox: Sandbox) -> None:
+        await sandbox.describe([REF])
+        assert _text(await _run(sandbox, "forge", "a1")) == "patched"
+        # The same policy, a later call of another tool of the same module: not the forged worker.
+        assert _text(await _run(sandbox, "honest", "b1", secret="B-secret")) == "honest B-secret"
+        # The forging tool's own worker kept its patch (its own state) but saw nothing of B.
+        spied = _text(await _run(sandbox, "spy", "c1"))
+        assert "B-secret" not in spied, spied
+        # Its own later calls do see the patch: repeated calls of one tool share its worker.
+        assert _text(await _run(sandbox, "forge", "a2")) == "forged"
+        assert _text(await _run(sandbox, "honest", "b2", secret="again")) == "honest again"
+
+    kit.in_sandbox(scenario, default=WARM)
+
+
+@pytest.mark.timeout(60)
+def test_module_state_lives_as_long_as_the_tools_worker() -> None:
+    """A counter at module level counts a worker's calls (other tools' calls in between do not
+    touch it) and starts again when the worker is replaced after `max_calls_per_worker` calls."""
+
+    async def scenario(sandbox: Sandbox) -> None:
+        seen = []
+        for i in range(WARM.max_calls_per_worker + 1):
+            seen.append(_text(await _run(sandbox, "counter", f"n{i}")).split())
+            assert _text(await _run(sandbox, "honest", f"h{i}", secret="x")) == "honest x"
+        counts = [int(count) for count, _ in seen]
+        pids = [pid for _, pid in seen]
+        assert counts == [1, 2, 3, 1], seen
+        assert len(set(pids[:3])) == 1 and pids[3] != pids[0], seen
+
+    kit.in_sandbox(scenario, default=WARM)
