@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from stockade.sandbox.isolation import fsconfine, identity, syscalls
+from stockade.sandbox.isolation import fsconfine, identity, idmap, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.policy import ResourcePolicy
 
@@ -69,6 +69,38 @@ def _uid_step(mountns_on: bool, owned: list[str]) -> Callable[[], str]:
     return drop
 
 
+def _owner_mappings(policy: ResourcePolicy, writable: list[str]) -> dict[str, int | OSError]:
+    """For each of a user's folders (a configured workdir, `writable_paths`): a user namespace fd
+    mapping its owner to the slot uid, or why there is none. Made while /proc is still writable."""
+    users = writable if policy.workdir is not None else writable[1:]
+    uid = int(os.environ.get(UID_ENV, identity.NOBODY_UID))
+    mappings: dict[str, int | OSError] = {}
+    for path in users:
+        try:
+            mappings[path] = idmap.owner_mapping(path, uid, uid)
+        except OSError as exc:
+            mappings[path] = exc
+    return mappings
+
+
+def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountns_on: bool) -> list[str]:
+    """The paths to chown to the slot uid: the temporary workdir, and a user's folder only where it
+    cannot be idmapped (no mount namespace); an idmapped folder keeps its owner and modes."""
+    owned = [path for path in writable if path not in mappings]
+    for path, mapping in mappings.items():
+        try:
+            if isinstance(mapping, OSError):
+                raise mapping
+            if not mountns_on:
+                os.close(mapping)
+                raise OSError(errno.EPERM, "no mount namespace")
+            idmap.idmap_onto_itself(path, mapping)
+        except OSError as exc:
+            log.warning("idmap_unavailable path=%s error=%s (chowned to the slot uid)", path, exc)
+            owned.append(path)
+    return owned
+
+
 def _needs_root() -> str:
     raise OSError(errno.EPERM, f"needs root (running as uid {os.getuid()})")
 
@@ -97,8 +129,14 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     confine = lambda: fsconfine.confine_filesystem(  # noqa: E731
         str(workdir), policy.writable_paths, policy.read_only_paths
     )
+    idmapped = root and "uid" not in disabled
+    mappings = _owner_mappings(policy, writable) if idmapped else {}
     mountns_on = run.step("mountns", confine if root else _needs_root)
-    run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    owned = writable
+    if idmapped:
+        owned = _owned_paths(writable, mappings, mountns_on)
+        os.chdir(workdir)  # An idmapped workdir is a new mount: the old cwd is the one below it.
+    run.step("uid", _uid_step(mountns_on, owned) if root else _needs_root)
     run.step("no_new_privs", _no_new_privs)
     run.step("landlock", _landlock_step(policy, writable, mountns_on))
     return run.report
