@@ -130,3 +130,74 @@ def idmap_onto_itself(path: str, userns: int) -> str:
     finally:
         os.close(userns)
     return f"{path} idmapped to its owner"
+
+
+# Through an idmapped folder, a file the slot uid creates is stored as the folder's owner (root, for
+# a root-owned folder): a set-user-ID or set-group-ID bit on it would leave a setuid-root program
+# on the host's disk. A seccomp filter refuses (EPERM) every mode argument carrying these bits.
+SECCOMP_MODE_FILTER = 2
+PR_SET_SECCOMP = 22
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+SETID_BITS = 0o6000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+_MODE_ARGS_X86_64 = {2: 2, 85: 1, 257: 3, 83: 1, 258: 2, 90: 1, 91: 1, 268: 2, 452: 2, 133: 1, 259: 2}
+"""x86_64 syscall -> index of its mode argument: open, creat, openat, mkdir, mkdirat, chmod, fchmod,
+fchmodat, fchmodat2, mknod, mknodat."""
+SYS_OPENAT2 = 437
+"""openat2 carries its mode in a struct a filter cannot read: refused with ENOSYS (libcs fall back)."""
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JSET_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x45, 0x35, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter)))
+
+
+def _setid_program() -> list[tuple[int, int, int, int]]:
+    """The BPF program: (code, jt, jf, k) per instruction."""
+    allow, eperm = SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | 1
+    prog = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # arch
+        (_BPF_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        (_BPF_RET_K, 0, 0, eperm),  # another ABI: nothing of it is expected here
+        (_BPF_LD_W_ABS, 0, 0, 0),  # syscall number
+        (_BPF_JGE_K, 0, 1, X32_SYSCALL_BIT),
+        (_BPF_RET_K, 0, 0, eperm),
+        (_BPF_JEQ_K, 0, 1, SYS_OPENAT2),
+        (_BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 38),  # ENOSYS
+    ]
+    for number, arg in _MODE_ARGS_X86_64.items():
+        prog += [
+            (_BPF_JEQ_K, 0, 4, number),
+            (_BPF_LD_W_ABS, 0, 0, 16 + 8 * arg),  # the argument's low 32 bits (little-endian)
+            (_BPF_JSET_K, 0, 1, SETID_BITS),
+            (_BPF_RET_K, 0, 0, eperm),
+            (_BPF_RET_K, 0, 0, allow),
+        ]
+    return [*prog, (_BPF_RET_K, 0, 0, allow)]
+
+
+def forbid_setid_modes() -> None:
+    """Install the filter refusing set-ID mode bits in this process and all it starts (irrevocable).
+    Raises `OSError` where it cannot be installed (not x86_64): the caller then does not idmap."""
+    if os.uname().machine != "x86_64":
+        raise OSError(0, f"no set-ID filter for {os.uname().machine}")
+    program = _setid_program()
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), filters)
+    result = _libc.prctl(
+        ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp set-ID filter: {os.strerror(err)}")

@@ -87,13 +87,19 @@ def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountn
     """The paths to chown to the slot uid: the temporary workdir, and a user's folder only where it
     cannot be idmapped (no mount namespace); an idmapped folder keeps its owner and modes."""
     owned = [path for path in writable if path not in mappings]
+    blocked: OSError | None = None if mountns_on else OSError(errno.EPERM, "no mount namespace")
+    if blocked is None and any(isinstance(m, int) for m in mappings.values()):
+        try:  # Before any idmap: no set-ID file may ever be stored as the folder's owner.
+            idmap.forbid_setid_modes()
+        except OSError as exc:
+            blocked = exc
     for path, mapping in mappings.items():
         try:
             if isinstance(mapping, OSError):
                 raise mapping
-            if not mountns_on:
+            if blocked is not None:
                 os.close(mapping)
-                raise OSError(errno.EPERM, "no mount namespace")
+                raise blocked
             idmap.idmap_onto_itself(path, mapping)
         except OSError as exc:
             log.warning("idmap_unavailable path=%s error=%s (chowned to the slot uid)", path, exc)

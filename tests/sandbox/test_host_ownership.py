@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from stockade.sandbox import CallRequest, Completed, ResourcePolicy, Sandbox
 from stockade.sandbox.isolation.cage import probe
@@ -19,6 +20,11 @@ REF = "stockade.tools.builtin:agent_toolset"
 FILES = {"README.md": 0o644, "stockade.toml": 0o640, "src/main.py": 0o600, "run.sh": 0o755}
 """The project's files and their modes (folders: `src/` 0o750)."""
 OTHER_OWNER = 4242
+SETID_ATTEMPTS = (
+    "cp /bin/true sx; chmod 4755 sx; chmod g+s sx; chmod u+s run.sh; install -m 6755 /bin/true ix; "
+    "python3 -c 'import os; os.close(os.open(\"ox\", os.O_CREAT | os.O_WRONLY, 0o4755))'; "
+    "mkdir -m 2775 gd; true"
+)
 
 
 @pytest.fixture(params=[0, OTHER_OWNER], ids=["root-owned", "user-owned"])
@@ -56,18 +62,24 @@ def test_a_project_folder_keeps_its_owners_and_modes(project: Path) -> None:
         ("write", {"file_path": "notes.txt", "content": "new\n"}),
         ("edit", {"file_path": "README.md", "old_string": "README.md", "new_string": "edited"}),
         ("bash", {"command": "echo more >> src/main.py && mkdir build && echo x > build/out && id -u"}),
+        # Stored as the folder's owner, a set-ID program would be a setuid-root one on the host.
+        ("bash", {"command": SETID_ATTEMPTS}),
     ]
 
     async def go() -> list[object]:
-        async with Sandbox(default=policy) as sandbox:
+        # bash keeps its shell between calls in a worker pinned to the session thread.
+        pinned = msgspec.structs.replace(policy, worker_lifetime="thread")
+        async with Sandbox(default=policy, policies={"bash": pinned}) as sandbox:
             return [
                 await sandbox.run(CallRequest(call_id=f"c{i}", name=name, ref=REF, input=inp))
                 for i, (name, inp) in enumerate(calls)
             ]
 
     outcomes = asyncio.run(go())
-    assert all(isinstance(o, Completed) for o in outcomes), outcomes
+    assert all(isinstance(o, Completed) for o in outcomes), [(o.kind, o.content()) for o in outcomes]  # type: ignore[attr-defined]
     after = _snapshot(project)
+    setid = {name: oct(mode) for name, (_, _, mode) in after.items() if mode & 0o6000}
+    assert not setid, f"set-ID files stored as uid {owner}: {setid}"
     for name, (uid, gid, mode) in before.items():
         assert after[name] == (uid, gid, mode), f"{name}: {before[name]} became {after[name]}"
     for name in ("notes.txt", "build", "build/out"):
