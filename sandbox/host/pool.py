@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -122,6 +124,7 @@ class Sandbox:
         self._ref_of: dict[str, str] = {}
         """Described tools' references by tool name (what `warm` needs to key their pools)."""
         self._key_of: dict[WorkerProcess, PoolKey] = {}
+        self._workdirs: dict[ResourcePolicy, str] = {}
         """The pool each live pooled worker belongs to (a blank one's until a tool adopts it)."""
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
@@ -193,10 +196,9 @@ class Sandbox:
         while not self._has_room():
             if key is not None and (worker := self._pop_idle(key)) is not None:
                 return worker
-            victim = next((w for idle in self._idle.values() for w in idle), None)
-            if victim is not None:
-                self._idle[self._key_of[victim]].remove(victim)
-                await self._discard(victim, 0.0)
+            idle = next((idle for idle in self._idle.values() if idle), None)
+            if idle is not None:
+                await self._discard(idle.pop(0), 0.0)  # The longest idle of its pool.
             else:
                 await self._change.wait()
         return None
@@ -228,7 +230,9 @@ class Sandbox:
             self._reserved -= 1
         _, ref, policy = key
         refs = (ref,) if (ref, policy) in self._clean else ()
-        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote, self.import_paths, refs)
+        worker_id = f"{self.marker}-{next(self._ids)}"
+        workdir = self._workdir(policy)
+        worker = WorkerProcess(policy, worker_id, zygote, self.import_paths, refs, workdir=workdir)
         self._live.add(worker)
         self._key_of[worker] = key
         try:
@@ -239,6 +243,16 @@ class Sandbox:
         self._isolation = worker.isolation
         log.debug("worker_started id=%s pid=%d", worker.worker_id, worker.pid)
         return worker
+
+    def _workdir(self, policy: ResourcePolicy) -> str | None:
+        """The temporary workdir all tools of `policy` share (None for a configured workdir): the
+        files one tool writes are there for the next, as in one process, though each tool has its
+        own workers. Removed when the sandbox closes."""
+        if policy.workdir is not None:
+            return None
+        if policy not in self._workdirs:
+            self._workdirs[policy] = tempfile.mkdtemp(prefix="stockade-")
+        return self._workdirs[policy]
 
     def _forget(self, worker: WorkerProcess) -> None:
         self._key_of.pop(worker, None)
@@ -465,6 +479,8 @@ class Sandbox:
                 self._zygote.close()
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
+        for workdir in self._workdirs.values():
+            await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
 
 
 def _blank(policy: ResourcePolicy) -> PoolKey:

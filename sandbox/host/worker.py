@@ -103,11 +103,14 @@ class TailBuffer(asyncio.Protocol):
         return self.data.decode(errors="replace")
 
 
-def _make_workdir(policy: ResourcePolicy) -> tuple[str, bool]:
-    """The worker's working directory, and whether it is ours to delete."""
+def _make_workdir(policy: ResourcePolicy, shared: str | None) -> tuple[str, bool]:
+    """The worker's working directory, and whether it is ours to delete: the policy's, the
+    sandbox's `shared` temporary one, or a temporary one of its own."""
     if policy.workdir is not None:
         os.makedirs(policy.workdir, exist_ok=True)
         return policy.workdir, False
+    if shared is not None:
+        return shared, False
     return tempfile.mkdtemp(prefix="stockade-"), True
 
 
@@ -126,8 +129,13 @@ class WorkerProcess:
         zygote: Zygote | None = None,
         import_paths: tuple[str, ...] = (),
         preload_refs: tuple[str, ...] = (),
+        *,
+        workdir: str | None = None,
     ) -> None:
+        """`workdir`: the temporary workdir the sandbox shares between the workers of a policy
+        without a configured one (None: the worker makes its own)."""
         self.policy = policy
+        self._shared_workdir = workdir
         self.import_paths = import_paths
         self.preload_refs = preload_refs
         self.zygote = zygote
@@ -177,7 +185,7 @@ class WorkerProcess:
 
     def _prepare(self) -> None:
         """Make the workdir and the cage (blocking: cgroup directories take milliseconds to create)."""
-        self.workdir, self._own_workdir = _make_workdir(self.policy)
+        self.workdir, self._own_workdir = _make_workdir(self.policy, self._shared_workdir)
         self.cage = Cage.create(self.policy, self.worker_id)
 
     async def _prepare_off_loop(self) -> None:

@@ -70,9 +70,11 @@ def _uid_step(mountns_on: bool, owned: list[str]) -> Callable[[], str]:
 
 
 def _owner_mappings(policy: ResourcePolicy, writable: list[str]) -> dict[str, int | OSError]:
-    """For each of a user's folders (a configured workdir, `writable_paths`): a user namespace fd
-    mapping its owner to the slot uid, or why there is none. Made while /proc is still writable."""
-    users = writable if policy.workdir is not None else writable[1:]
+    """For each writable folder (the workdir, `writable_paths`): a user namespace fd mapping its
+    owner to the slot uid, or why there is none. Made while /proc is still writable. A temporary
+    workdir is idmapped too: the sandbox shares it between the workers of a policy (their uids
+    differ), and its files, stored as the supervisor's, go when the sandbox closes."""
+    users = writable
     uid = int(os.environ.get(UID_ENV, identity.NOBODY_UID))
     mappings: dict[str, int | OSError] = {}
     for path in users:
@@ -84,8 +86,8 @@ def _owner_mappings(policy: ResourcePolicy, writable: list[str]) -> dict[str, in
 
 
 def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountns_on: bool) -> list[str]:
-    """The paths to chown to the slot uid: the temporary workdir, and a user's folder only where it
-    cannot be idmapped (no mount namespace); an idmapped folder keeps its owner and modes."""
+    """The paths to chown to the slot uid: a folder only where it cannot be idmapped (no mount
+    namespace); an idmapped folder keeps its owner and modes."""
     owned = [path for path in writable if path not in mappings]
     blocked: OSError | None = None if mountns_on else OSError(errno.EPERM, "no mount namespace")
     if blocked is None and any(isinstance(m, int) for m in mappings.values()):

@@ -76,3 +76,23 @@ def test_module_state_lives_as_long_as_the_tools_worker() -> None:
         assert len(set(pids[:3])) == 1 and pids[3] != pids[0], seen
 
     kit.in_sandbox(scenario, default=WARM)
+
+
+@pytest.mark.timeout(60)
+def test_tools_with_their_own_workers_share_the_policys_temporary_workdir() -> None:
+    """Per-tool workers, one workspace: what `write` puts in the temporary workdir, `read` finds."""
+    builtin = "stockade.tools.builtin:agent_toolset"
+
+    async def scenario(sandbox: Sandbox) -> None:
+        wrote = await sandbox.run(
+            CallRequest(
+                call_id="w", name="write", ref=builtin, input={"file_path": "f.txt", "content": "hi\n"}
+            )
+        )
+        assert wrote.kind == "completed", wrote
+        read = await sandbox.run(
+            CallRequest(call_id="r", name="read", ref=builtin, input={"file_path": "f.txt"})
+        )
+        assert "hi" in _text(read)
+
+    kit.in_sandbox(scenario, default=WARM)
