@@ -2,10 +2,10 @@
 
 Start-up order matters: ignore SIGINT, apply rlimits, become a subreaper, enter the workdir, apply
 the isolation layers, and only then answer `Ready`. Tool code never runs outside the limits: the tool
-references the supervisor expects this worker to serve (`preload_refs`) are imported after `Ready`,
-any other when a request names it. Then: one request, one reply,
-until `Shutdown` or the request pipe closes. After each call of a pooled worker, every process the
-tool left behind is killed, so the next call starts clean.
+references the supervisor expects this worker to serve (`preload_refs`) are imported when `Caged`
+says the supervisor has put the worker in its cgroups, any other when a request names it.
+Then: one request, one reply, until `Shutdown` or the request pipe closes. After each call of a
+pooled worker, every process the tool left behind is killed, so the next call starts clean.
 
 Exit codes: `EXIT_OK` (shutdown or supervisor gone), `EXIT_REFUSED` (a required layer is missing),
 `EXIT_PROTOCOL` (unreadable request), `EXIT_USAGE` (bad argv).
@@ -30,6 +30,7 @@ from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, read_frame_blocking, write_frame_blocking
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
+    Caged,
     CallUsage,
     Described,
     DescribeTools,
@@ -144,8 +145,9 @@ class Worker:
 
     def preload(self) -> None:
         """Import the configured tool references ahead of the first request, so a worker started
-        in advance has paid for its imports before a call arrives. Runs after every layer and
-        limit, like any tool code; a failure is reported by the call that needs the reference."""
+        in advance has paid for its imports before a call arrives. Runs on `Caged`, after every
+        layer and limit (the cgroups included), like any tool code; a failure is reported by the
+        call that needs the reference."""
         for ref in self.config.preload_refs:
             with contextlib.suppress(ToolLoadError):
                 self.tools(ref)
@@ -241,6 +243,9 @@ class Worker:
                 return EXIT_PROTOCOL
             if isinstance(request, Shutdown):
                 return EXIT_OK
+            if isinstance(request, Caged):
+                self.preload()
+                continue
             reply = self.describe(request) if isinstance(request, DescribeTools) else self.run(request)
             self.send(reply)
 
@@ -293,7 +298,6 @@ def main(argv: list[str] | None = None) -> int:
         worker.send(Refused(version=PROTOCOL_VERSION, message=report))
         return EXIT_REFUSED
     worker.send(Ready(version=PROTOCOL_VERSION, pid=os.getpid(), isolation=report))
-    worker.preload()
     return worker.serve()
 
 

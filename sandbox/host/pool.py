@@ -1,10 +1,13 @@
-"""The sandbox: warm worker pools per policy, calls with a hard deadline, outcomes as values.
+"""The sandbox: warm worker pools per tool, calls with a hard deadline, outcomes as values.
 
 `Sandbox.run` never raises for tool misbehaviour: a tool that raises, hangs, crashes, floods or
-breaks the protocol becomes an outcome, and its worker is killed (never reused). Healthy workers go
-back to their policy's pool until `max_calls_per_worker`; a policy with `worker_lifetime="thread"`
-pins one worker per session thread (stateful tools), killed at `end_thread`. A global `max_workers`
-caps live workers; idle ones are evicted first.
+breaks the protocol becomes an outcome, and its worker is killed (never reused). A warm worker
+serves one tool: pools are keyed by tool name, reference and policy (`PoolKey`), so no call can
+affect a later call of another tool (a *blank* worker, one that has run no tool code yet, is
+adopted by the first tool that needs one). Healthy workers go back to their tool's pool until
+`max_calls_per_worker`; a policy with `worker_lifetime="thread"` pins one worker per tool and
+session thread (stateful tools), killed at `end_thread`. A global `max_workers` caps live workers;
+idle ones are evicted first.
 
 Errors: `ToolLoadFailed` (from `describe`: a reference could not be loaded, or no worker started).
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -61,7 +66,10 @@ __all__ = ["CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call
 
 log = logging.getLogger(__name__)
 
-ThreadKey = tuple[ResourcePolicy, str]
+PoolKey = tuple[str, str, ResourcePolicy]
+"""(tool name, reference, policy): the workers of one pool serve that tool only."""
+ThreadKey = tuple[str, str, ResourcePolicy, str]
+"""A pool key and a session thread: the worker pinned to that tool in that thread."""
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
 SDK_PRELOAD = ("anthropic",)
@@ -108,11 +116,16 @@ class Sandbox:
         self.marker = f"sbx{uuid.uuid4().hex[:12]}"
         """Prefix of every worker id (and so of every worker's marker env var)."""
         self._ids = itertools.count(1)
-        self._idle: dict[ResourcePolicy, list[WorkerProcess]] = {}
-        self._starting: Counter[ResourcePolicy] = Counter()
-        """Pool workers being started ahead of calls, per policy (they count towards `pool_size`)."""
-        self._refs: dict[ResourcePolicy, list[str]] = {}
-        """Tool references seen per policy: a new worker of the policy imports them before a call."""
+        self._idle: dict[PoolKey, list[WorkerProcess]] = {}
+        self._starting: Counter[PoolKey] = Counter()
+        """Pool workers being started ahead of calls, per pool (they count towards `pool_size`)."""
+        self._clean: set[tuple[str, ResourcePolicy]] = set()
+        """References that imported cleanly under a policy: a new worker of theirs imports it early."""
+        self._ref_of: dict[str, str] = {}
+        """Described tools' references by tool name (what `warm` needs to key their pools)."""
+        self._key_of: dict[WorkerProcess, PoolKey] = {}
+        self._workdirs: dict[ResourcePolicy, str] = {}
+        """The pool each live pooled worker belongs to (a blank one's until a tool adopts it)."""
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
         self._live: set[WorkerProcess] = set()
@@ -167,24 +180,26 @@ class Sandbox:
         self._change.set()
         self._change = asyncio.Event()
 
-    def _pop_idle(self, policy: ResourcePolicy) -> WorkerProcess | None:
-        idle = self._idle.setdefault(policy, [])
-        while idle:
-            worker = idle.pop()
-            if worker.alive:
-                return worker
-            self._in_background(self._discard(worker, 0.0))
+    def _pop_idle(self, key: PoolKey) -> WorkerProcess | None:
+        """An idle worker of pool `key`, or a blank one of its policy, which `key` then adopts."""
+        for pool in (key, _blank(key[2])):
+            idle = self._idle.setdefault(pool, [])
+            while idle:
+                worker = idle.pop()
+                if worker.alive:
+                    self._key_of[worker] = key
+                    return worker
+                self._in_background(self._discard(worker, 0.0))
         return None
 
-    async def _make_room(self, policy: ResourcePolicy | None) -> WorkerProcess | None:
-        """Wait until a worker may start (evicting idle ones); or return an idle `policy` worker."""
+    async def _make_room(self, key: PoolKey | None) -> WorkerProcess | None:
+        """Wait until a worker may start (evicting idle ones); or return an idle worker of `key`."""
         while not self._has_room():
-            if policy is not None and (worker := self._pop_idle(policy)) is not None:
+            if key is not None and (worker := self._pop_idle(key)) is not None:
                 return worker
-            victim = next((w for idle in self._idle.values() for w in idle), None)
-            if victim is not None:
-                self._idle[victim.policy].remove(victim)
-                await self._discard(victim, 0.0)
+            idle = next((idle for idle in self._idle.values() if idle), None)
+            if idle is not None:
+                await self._discard(idle.pop(0), 0.0)  # The longest idle of its pool.
             else:
                 await self._change.wait()
         return None
@@ -211,16 +226,21 @@ class Sandbox:
                 self._zygote = None
             return self._zygote
 
-    async def _spawn(self, policy: ResourcePolicy) -> WorkerProcess:
-        """Start a new worker; the caller made room."""
+    async def _spawn(self, key: PoolKey) -> WorkerProcess:
+        """Start a new worker for pool `key` (importing its reference early if it imports cleanly);
+        the caller made room."""
         self._reserved += 1
         try:
             zygote = await self._ensure_zygote()
         finally:
             self._reserved -= 1
-        refs = tuple(self._refs.get(policy, ()))
-        worker = WorkerProcess(policy, f"{self.marker}-{next(self._ids)}", zygote, self.import_paths, refs)
+        _, ref, policy = key
+        refs = (ref,) if (ref, policy) in self._clean else ()
+        worker_id = f"{self.marker}-{next(self._ids)}"
+        workdir = self._workdir(policy)
+        worker = WorkerProcess(policy, worker_id, zygote, self.import_paths, refs, workdir=workdir)
         self._live.add(worker)
+        self._key_of[worker] = key
         try:
             await worker.start()
         except BaseException:
@@ -230,7 +250,18 @@ class Sandbox:
         log.debug("worker_started id=%s pid=%d", worker.worker_id, worker.pid)
         return worker
 
+    def _workdir(self, policy: ResourcePolicy) -> str | None:
+        """The temporary workdir all tools of `policy` share (None for a configured workdir): the
+        files one tool writes are there for the next, as in one process, though each tool has its
+        own workers. Removed when the sandbox closes."""
+        if policy.workdir is not None:
+            return None
+        if policy not in self._workdirs:
+            self._workdirs[policy] = tempfile.mkdtemp(prefix="stockade-")
+        return self._workdirs[policy]
+
     def _forget(self, worker: WorkerProcess) -> None:
+        self._key_of.pop(worker, None)
         if worker in self._live:
             self._live.discard(worker)
             self._changed()
@@ -248,30 +279,37 @@ class Sandbox:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _refill(self, policy: ResourcePolicy) -> None:
-        """Start a warm worker for `policy` if its pool is short and a slot is free."""
-        idle = self._idle.setdefault(policy, [])
-        if self._closed or len(idle) + self._starting[policy] >= policy.pool_size or not self._has_room():
+    async def _refill(self, key: PoolKey) -> None:
+        """Start a warm worker for pool `key` if it is short and a slot is free."""
+        idle, size = self._idle.setdefault(key, []), key[2].pool_size
+        if self._closed or len(idle) + self._starting[key] >= size or not self._has_room():
             return
-        self._starting[policy] += 1
+        self._starting[key] += 1
         try:
-            worker = await self._spawn(policy)
+            worker = await self._spawn(key)
         except WorkerStartError:
             return
         finally:
-            self._starting[policy] -= 1
+            self._starting[key] -= 1
         if self._closed:
             await self._discard(worker, 0.0)
         else:
             idle.append(worker)
             self._changed()
 
+    def _key(self, name: str, ref: str | None = None) -> PoolKey:
+        """The pool of tool `name` (from `ref`, or its described reference); blank if unknown."""
+        ref = ref if ref is not None else self._ref_of.get(name)
+        policy = self.policy_for(name)
+        return (name, ref, policy) if ref is not None else _blank(policy)
+
     async def warm(self, names: Iterable[str] = ()) -> None:
-        """Start workers ahead of calls: fill the pools of the default policy and of the policies of
-        the tools `names` to their `pool_size` (within `max_workers`), all at once."""
-        policies = {self.default, *(self.policy_for(name) for name in names)}
-        pooled = [p for p in policies if p.worker_lifetime != "thread"]
-        await asyncio.gather(*(self._refill(p) for p in pooled for _ in range(p.pool_size)))
+        """Start workers ahead of calls: fill the blank pool of the default policy and the pools of
+        the tools `names` (blank ones of their policies for tools not described yet) to their
+        `pool_size` (within `max_workers`), all at once."""
+        keys = {_blank(self.default), *(self._key(name) for name in names)}
+        pooled = [k for k in keys if k[2].worker_lifetime != "thread"]
+        await asyncio.gather(*(self._refill(k) for k in pooled for _ in range(k[2].pool_size)))
 
     def warm_in_background(self, names: Iterable[str] = ()) -> None:
         """`warm` without waiting for it (cancelled if the sandbox closes first)."""
@@ -279,23 +317,21 @@ class Sandbox:
 
     def _note_ref(self, policy: ResourcePolicy, ref: str) -> None:
         """Remember a reference that imported cleanly (described, or a call got past its import):
-        one whose import fails or kills its worker must not break the policy's other tools."""
-        refs = self._refs.setdefault(policy, [])
-        if ref not in refs:
-            refs.append(ref)
+        one whose import fails or kills its worker is never imported ahead of a call."""
+        self._clean.add((ref, policy))
 
-    async def _acquire(self, policy: ResourcePolicy) -> WorkerProcess:
-        """An idle worker of `policy`, or a new one once there is room."""
-        worker = self._pop_idle(policy) or await self._make_room(policy)
-        return worker if worker is not None else await self._spawn(policy)
+    async def _acquire(self, key: PoolKey) -> WorkerProcess:
+        """An idle worker of pool `key` (or a blank one), or a new one once there is room."""
+        worker = self._pop_idle(key) or await self._make_room(key)
+        return worker if worker is not None else await self._spawn(key)
 
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
         """Return a worker to its pool, or retire it (in the background when it is healthy)."""
-        policy = worker.policy
+        policy, key = worker.policy, self._key_of.get(worker, _blank(worker.policy))
         worn = worker.calls >= policy.max_calls_per_worker or limits.warm_cpu_exhausted(
             policy, worker.worker_cpu_s
         )
-        idle = self._idle.setdefault(policy, [])
+        idle = self._idle.setdefault(key, [])
         if healthy and not worn and not self._closed and (pinned or len(idle) < policy.pool_size):
             if not pinned:
                 idle.append(worker)
@@ -303,7 +339,7 @@ class Sandbox:
             return
         self._in_background(self._discard(worker, 0.0))
         if not pinned:
-            self._in_background(self._refill(policy))
+            self._in_background(self._refill(key))
 
     # Calls
 
@@ -312,19 +348,20 @@ class Sandbox:
 
         If the awaiting task is cancelled, the call's tree is killed and CancelledError propagates.
         """
-        policy = self.policy_for(request.name)
+        key = self._key(request.name, request.ref)
+        policy = key[2]
         if policy.worker_lifetime == "thread":
             # The primary thread (no thread id) is a thread too: its bash keeps its shell between calls.
-            key = (policy, thread or PRIMARY_THREAD)
-            async with self._thread_locks.setdefault(key, asyncio.Lock()):
-                return await self._run_pinned(key, request)
+            pin = (*key, thread or PRIMARY_THREAD)
+            async with self._thread_locks.setdefault(pin, asyncio.Lock()):
+                return await self._run_pinned(pin, request)
         try:
-            worker = await self._acquire(policy)
+            worker = await self._acquire(key)
         except WorkerStartError as exc:
             return start_failure(request.name, exc)
         if worker.calls + 1 >= policy.max_calls_per_worker:
             # It will not come back: its replacement starts now, while it serves its last call.
-            self._in_background(self._refill(policy))
+            self._in_background(self._refill(key))
         return await self._call(worker, request, thread, pinned=False)
 
     async def _run_pinned(self, key: ThreadKey, request: CallRequest) -> ToolOutcome:
@@ -332,10 +369,10 @@ class Sandbox:
         if worker is None or not worker.alive:
             try:
                 await self._make_room(None)
-                worker = self._pinned[key] = await self._spawn(key[0])
+                worker = self._pinned[key] = await self._spawn(key[:3])
             except WorkerStartError as exc:
                 return start_failure(request.name, exc)
-        return await self._call(worker, request, key[1], pinned=True)
+        return await self._call(worker, request, key[3], pinned=True)
 
     async def _call(
         self, worker: WorkerProcess, request: CallRequest, thread: str | None, pinned: bool
@@ -399,10 +436,11 @@ class Sandbox:
     # Describe, threads, shutdown
 
     async def describe(self, refs: Sequence[str]) -> list[ToolInfo]:
-        """Import `refs` in a worker and describe their tools; raises `ToolLoadFailed`."""
+        """Import `refs` in a worker and describe their tools; raises `ToolLoadFailed`. The worker
+        is retired afterwards: every reference's module has run in it, so it may serve no tool."""
         policy = self.default
         try:
-            worker = await self._acquire(policy)
+            worker = await self._acquire(("", "describe", policy))
         except WorkerStartError as exc:
             raise ToolLoadFailed(f"no worker could start to describe tools: {exc}") from None
         deadline = time.monotonic() + policy.startup_timeout_s
@@ -418,11 +456,12 @@ class Sandbox:
         if not isinstance(reply, Described):
             await self._discard(worker, 0.0)
             raise ToolLoadFailed(f"describing {list(refs)} failed: unexpected {type(reply).__name__}")
-        self._release(worker, healthy=True, pinned=False)
+        await self._discard(worker, 0.0)
         if reply.error is not None:
             raise ToolLoadFailed(reply.error)
         for info in reply.tools:
             self._note_ref(self.policy_for(info.name), info.ref)
+            self._ref_of[info.name] = info.ref
         if reply.sdk and self._zygote is not None:
             self._zygote.want(SDK_PRELOAD)
         return reply.tools
@@ -430,7 +469,7 @@ class Sandbox:
     async def end_thread(self, thread: str | None) -> None:
         """Kill the workers pinned to session thread `thread` (`None`: the primary thread)."""
         thread = thread or PRIMARY_THREAD
-        for key in [key for key in self._pinned if key[1] == thread]:
+        for key in [key for key in self._pinned if key[3] == thread]:
             await self._discard(self._pinned[key], 0.0)
             self._thread_locks.pop(key, None)
 
@@ -448,6 +487,13 @@ class Sandbox:
                 self._zygote.close()  # Synchronous: a cancelled close cannot skip it.
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
+        for workdir in self._workdirs.values():
+            await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
+
+
+def _blank(policy: ResourcePolicy) -> PoolKey:
+    """The pool of `policy`'s blank workers: started ahead of calls, no tool code run yet."""
+    return ("", "", policy)
 
 
 def zygote_env(marker: str) -> dict[str, str]:

@@ -42,6 +42,7 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
+    Caged,
     FromWorker,
     Ready,
     Refused,
@@ -103,11 +104,14 @@ class TailBuffer(asyncio.Protocol):
         return self.data.decode(errors="replace")
 
 
-def _make_workdir(policy: ResourcePolicy) -> tuple[str, bool]:
-    """The worker's working directory, and whether it is ours to delete."""
+def _make_workdir(policy: ResourcePolicy, shared: str | None) -> tuple[str, bool]:
+    """The worker's working directory, and whether it is ours to delete: the policy's, the
+    sandbox's `shared` temporary one, or a temporary one of its own."""
     if policy.workdir is not None:
         os.makedirs(policy.workdir, exist_ok=True)
         return policy.workdir, False
+    if shared is not None:
+        return shared, False
     return tempfile.mkdtemp(prefix="stockade-"), True
 
 
@@ -126,8 +130,13 @@ class WorkerProcess:
         zygote: Zygote | None = None,
         import_paths: tuple[str, ...] = (),
         preload_refs: tuple[str, ...] = (),
+        *,
+        workdir: str | None = None,
     ) -> None:
+        """`workdir`: the temporary workdir the sandbox shares between the workers of a policy
+        without a configured one (None: the worker makes its own)."""
         self.policy = policy
+        self._shared_workdir = workdir
         self.import_paths = import_paths
         self.preload_refs = preload_refs
         self.zygote = zygote
@@ -179,7 +188,7 @@ class WorkerProcess:
 
     def _prepare(self) -> None:
         """Make the workdir and the cage (blocking: cgroup directories take milliseconds to create)."""
-        self.workdir, self._own_workdir = _make_workdir(self.policy)
+        self.workdir, self._own_workdir = _make_workdir(self.policy, self._shared_workdir)
         self.cage = Cage.create(self.policy, self.worker_id)
 
     async def _prepare_off_loop(self) -> None:
@@ -195,9 +204,13 @@ class WorkerProcess:
             raise
 
     async def start(self) -> None:
-        """Spawn the worker and wait for its `Ready`; raises `WorkerStartError` (worker then dead)."""
+        """Spawn the worker, wait for its `Ready`, then tell it it is `Caged` (in its cgroups, so its
+        tool modules may be imported); raises `WorkerStartError` (the worker is then dead)."""
         loop = asyncio.get_running_loop()
-        await self._prepare_off_loop()
+        try:
+            await self._prepare_off_loop()
+        except OSError as exc:  # No workdir, cgroup or free slot uid: this worker cannot start.
+            raise WorkerStartError(f"worker could not be prepared: {exc}") from None
         proxy_env = await self._start_proxy()
         (req_r, req_w), (rep_r, rep_w) = os.pipe(), os.pipe()
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -223,11 +236,16 @@ class WorkerProcess:
             try:
                 await self._connect(loop, req_w, rep_r, out_r, err_r)
             finally:
-                await attach
+                attached = await attach
             await self._handshake()
         except asyncio.CancelledError:
             self.kill_now()  # Nobody else knows this worker yet.
             raise
+        if not attached:
+            self.isolation["cgroup"] = "unavailable: the worker could not be moved into its cgroup"
+        # Only now may tool code run: the worker imports its tool modules on this go-ahead, so a
+        # module that forks at import cannot leave children outside the cgroups (issue 14, item 1).
+        self._writer.write(frame(encode(Caged())))
 
     async def _start_proxy(self) -> dict[str, str]:
         """Start the egress proxy of an allowlist worker; the variable that tells the worker where."""

@@ -162,10 +162,11 @@ class Cage:
             env[DISABLE_ENV] = os.environ[DISABLE_ENV]
         return env
 
-    def attach(self, pid: int) -> None:
-        """Move the freshly spawned worker into the cgroup (a worker that requires it dies if this fails)."""
+    def attach(self, pid: int) -> bool:
+        """Move the freshly spawned worker into the cgroup (a worker that requires it dies if this
+        fails); False if it has a cgroup it could not be moved into."""
         if self.cgroup is None:
-            return
+            return True
         try:
             self.cgroup.attach(pid)
         except OSError as exc:
@@ -173,6 +174,8 @@ class Cage:
             if "cgroup" in self.policy.require_layers:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)  # fail closed: it must not run outside its cgroup
+            return False
+        return True
 
     def kill_tree(self, root_pid: int, grace_s: float) -> None:
         """TERM, grace, KILL the worker and every descendant, wherever it moved; bounded."""

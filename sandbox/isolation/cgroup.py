@@ -20,6 +20,7 @@ from pathlib import Path
 
 import msgspec
 import psutil
+from stockade.sandbox.isolation import delegation
 
 __all__ = ["CgroupLayout", "WorkerCgroup", "discover_layout", "sweep_stale"]
 
@@ -106,8 +107,48 @@ def _enable_v2_controllers(own_dir: str) -> bool:
     return True
 
 
+def _leave_own_cgroup(own_dir: str) -> None:
+    """Move this process into a leaf beside `stockade/` (`supervisor-<pid>`), so its own cgroup,
+    holding no process, may enable controllers for its children (cgroup v2's no-internal-process
+    rule: a delegated scope starts with the supervisor in it). Empty leaves of dead supervisors go."""
+    for stale in Path(own_dir).glob("supervisor-*"):
+        with contextlib.suppress(OSError):
+            stale.rmdir()
+    leaf = os.path.join(own_dir, f"supervisor-{os.getpid()}")
+    os.makedirs(leaf, exist_ok=True)
+    Path(leaf, "cgroup.procs").write_text(str(os.getpid()))
+
+
+def _delegated_layout() -> CgroupLayout:
+    """Without root: our own cgroup v2 directory if it is delegated to us (we own it, it offers
+    memory and pids), with this process moved to a leaf so the controllers can be enabled; raises
+    OSError saying why not (`delegation.explain`)."""
+    found: dict[str, str] = {}
+    for fstype, root, point, opts in _mounts():
+        hit = _own_dir(fstype, root, point, opts, _own_paths())
+        if hit is not None:
+            found.setdefault(hit[0], hit[1])
+    own_dir = found.get("unified")
+    why = delegation.explain()
+    if own_dir is None or "memory" in found or "pids" in found or os.stat(own_dir).st_uid != os.geteuid():
+        raise OSError(errno.EACCES, why)
+    try:
+        os.makedirs(os.path.join(own_dir, STOCKADE_DIR), exist_ok=True)
+        if not _enable_v2_controllers(own_dir):
+            _leave_own_cgroup(own_dir)
+            if not _enable_v2_controllers(own_dir):
+                raise OSError(errno.EBUSY, "memory+pids could not be enabled")
+    except OSError as exc:
+        raise OSError(exc.errno, f"{why} ({exc.strerror})") from None
+    unified = os.path.join(own_dir, STOCKADE_DIR)
+    return CgroupLayout("v2 delegated", None, None, unified, True)
+
+
 def discover_layout() -> CgroupLayout:
-    """Find and create our `stockade/` directories; raises OSError when no usable hierarchy exists."""
+    """Find and create our `stockade/` directories; raises OSError when no usable hierarchy exists
+    (without root, only a delegated subtree is usable, with an error that says why there is none)."""
+    if os.geteuid() != 0:
+        return _delegated_layout()
     own, found = _own_paths(), dict[str, str]()
     for fstype, root, point, opts in _mounts():
         hit = _own_dir(fstype, root, point, opts, own)

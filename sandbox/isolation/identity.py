@@ -2,13 +2,18 @@
 
 A root worker can signal and ptrace the supervisor and read root-owned secrets; dropping all caps
 but keeping uid 0 still lets it signal the supervisor. So workers run as a *slot uid*: one uid per
-live cage of this supervisor (61000 + n), which also keeps RLIMIT_NPROC accounting and signals
+live cage on this host (61000 + n), which also keeps RLIMIT_NPROC accounting, signals and keyrings
 separate between concurrent workers. The workdir (and `writable_paths`) are chowned to the slot uid.
+
+Slot uids are unique host-wide, across supervisors: a uid is held by an exclusive `flock` on
+`<SLOT_LOCK_DIR>/<uid>.lock` (a root-only 0700 folder), which the kernel releases when its holder
+closes it or dies, so a crashed supervisor never leaks its uids.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import threading
@@ -16,32 +21,69 @@ from collections.abc import Iterable
 
 from stockade.sandbox.isolation import syscalls
 
-__all__ = ["NOBODY_UID", "allocate_uid", "drop_to", "release_uid", "traversable_by_others"]
+__all__ = ["NOBODY_UID", "allocate_uid", "drop_to", "lock_dir", "release_uid", "traversable_by_others"]
 
 SLOT_UID_BASE = 61000
 SLOT_UID_COUNT = 4000
 NOBODY_UID = 65534
+SLOT_LOCK_DIR = "/run/stockade/slots"
+LOCK_DIR_ENV = "STOCKADE_SLOT_LOCK_DIR"
+"""Overrides `SLOT_LOCK_DIR` (every supervisor of a host must use the same folder)."""
 
 _lock = threading.Lock()
-_in_use: set[int] = set()
+_in_use: dict[int, int] = {}
+"""Slot uids this process holds -> the fd of their lock file."""
 _shared: dict[tuple[str, ...], tuple[int, int]] = {}
 """Slot uids of workers that share writable paths: paths -> (uid, number of live holders)."""
 
 
-def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
-    """The lowest slot uid no live cage of this process holds.
+def lock_dir() -> str:
+    """The folder of the slot lock files: created root-only (0700), refused if anyone else could
+    write to it (a planted lock would only deny a uid, but a planted symlink must never be followed)."""
+    path = os.environ.get(LOCK_DIR_ENV, SLOT_LOCK_DIR)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise OSError(
+            errno.EPERM, f"slot lock folder {path} is not a private directory of uid {os.geteuid()}"
+        )
+    return path
 
-    Workers that write to the same explicit paths (a configured workdir, `writable_paths`) share one
-    uid: each worker chowns those paths to its uid, so two uids would lock each other out.
+
+def _try_hold(folder: str, uid: int) -> int | None:
+    """The fd of `uid`'s lock file, locked by us; None if another process holds it."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(os.path.join(folder, f"{uid}.lock"), flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
+    """The lowest slot uid no live cage on this host holds (raises `OSError` if none is free).
+
+    Workers of this process that write to the same explicit paths (a configured workdir,
+    `writable_paths`) share one uid: each worker chowns those paths to its uid, so two uids would
+    lock each other out.
     """
     with _lock:
         if shared_paths in _shared:
             uid, holders = _shared[shared_paths]
             _shared[shared_paths] = (uid, holders + 1)
             return uid
+        folder = lock_dir()
         for uid in range(SLOT_UID_BASE, SLOT_UID_BASE + SLOT_UID_COUNT):
-            if uid not in _in_use:
-                _in_use.add(uid)
+            if uid in _in_use:
+                continue
+            fd = _try_hold(folder, uid)
+            if fd is not None:
+                _in_use[uid] = fd
                 if shared_paths:
                     _shared[shared_paths] = (uid, 1)
                 return uid
@@ -49,7 +91,7 @@ def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
 
 
 def release_uid(uid: int) -> None:
-    """Free `uid` once its last holder releases it."""
+    """Free `uid` once its last holder releases it (closing its lock file unlocks it)."""
     with _lock:
         for paths, (shared_uid, holders) in list(_shared.items()):
             if shared_uid == uid:
@@ -57,7 +99,9 @@ def release_uid(uid: int) -> None:
                     _shared[paths] = (uid, holders - 1)
                     return
                 del _shared[paths]
-        _in_use.discard(uid)
+        fd = _in_use.pop(uid, None)
+        if fd is not None:
+            os.close(fd)
 
 
 def traversable_by_others(path: str) -> bool:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from stockade.sandbox.errors import SandboxError
-from stockade.sandbox.isolation import fsconfine, identity, namespaces, syscalls
+from stockade.sandbox.isolation import fsconfine, identity, idmap, namespaces, syscalls
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.isolation.loopback import bring_loopback_up
 from stockade.sandbox.isolation.seccomp import apply_seccomp
@@ -121,6 +121,46 @@ def _needs_privilege() -> str:
     raise OSError(errno.EPERM, f"needs root or a user namespace (running as uid {os.getuid()})")
 
 
+def _owner_mappings(policy: ResourcePolicy, writable: list[str]) -> dict[str, int | OSError]:
+    """For each writable folder (the workdir, `writable_paths`): a user namespace fd mapping its
+    owner to the slot uid, or why there is none. Made while /proc is still writable. A temporary
+    workdir is idmapped too: the sandbox shares it between the workers of a policy (their uids
+    differ), and its files, stored as the supervisor's, go when the sandbox closes."""
+    users = writable
+    uid = int(os.environ.get(UID_ENV, identity.NOBODY_UID))
+    mappings: dict[str, int | OSError] = {}
+    for path in users:
+        try:
+            mappings[path] = idmap.owner_mapping(path, uid, uid)
+        except OSError as exc:
+            mappings[path] = exc
+    return mappings
+
+
+def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountns_on: bool) -> list[str]:
+    """The paths to chown to the slot uid: a folder only where it cannot be idmapped (no mount
+    namespace); an idmapped folder keeps its owner and modes."""
+    owned = [path for path in writable if path not in mappings]
+    blocked: OSError | None = None if mountns_on else OSError(errno.EPERM, "no mount namespace")
+    if blocked is None and any(isinstance(m, int) for m in mappings.values()):
+        try:  # Before any idmap: no set-ID file may ever be stored as the folder's owner.
+            idmap.forbid_setid_modes()
+        except OSError as exc:
+            blocked = exc
+    for path, mapping in mappings.items():
+        try:
+            if isinstance(mapping, OSError):
+                raise mapping
+            if blocked is not None:
+                os.close(mapping)
+                raise blocked
+            idmap.idmap_onto_itself(path, mapping)
+        except OSError as exc:
+            log.warning("idmap_unavailable path=%s error=%s (chowned to the slot uid)", path, exc)
+            owned.append(path)
+    return owned
+
+
 def _needs_root() -> str:
     raise OSError(errno.EPERM, f"needs root (running as uid {os.getuid()})")
 
@@ -166,7 +206,9 @@ def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Call
         readable=policy.read_only_paths,
         fresh_proc=pidns_on,
         disk_bytes=policy.disk_bytes,
-        temporary_workdir=policy.workdir is None,
+        # A temporary workdir is shared by the workers of a policy (one tool writes, another edits), so
+        # it stays the host folder the supervisor made, not a tmpfs private to one worker.
+        temporary_workdir=False,
     )
     return lambda: fsconfine.confine_filesystem(view)
 
@@ -179,6 +221,9 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
         syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
     run = _Run(disabled)
+    idmapped = root and "uid" not in disabled
+    # Before the PID namespace: the mappings' helper processes are named in this /proc by their pids.
+    mappings = _owner_mappings(policy, writable) if idmapped else {}
     userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
     privileged = root or userns_on
     run.step("pidns", _pidns if privileged else _needs_privilege)
@@ -190,9 +235,13 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     pidns_on = run.report["pidns"] == ON
     confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
     mountns_on = run.step("mountns", confine)
+    owned = writable
+    if idmapped:
+        owned = _owned_paths(writable, mappings, mountns_on)
+        os.chdir(workdir)  # An idmapped workdir is a new mount: the old cwd is the one below it.
     if userns_on:
         _drop_userns_capabilities(run)
-    uid_on = run.step("uid", _uid_step(mountns_on, writable) if root else _needs_root)
+    uid_on = run.step("uid", _uid_step(mountns_on, owned) if root else _needs_root)
     run.step("keyring", lambda: namespaces.join_fresh_keyring(clear_user_keyrings=uid_on))
     run.step("no_new_privs", _no_new_privs)
     run.step("landlock", _landlock_step(policy, writable, mountns_on))

@@ -109,40 +109,57 @@ def worker_env(
     return env
 
 
+TEXT_HEADER_BYTES = 5
+"""The most a msgpack string header takes (str32), beyond the header of an empty string."""
+ENVELOPE_BYTES = 64 << 10
+"""Encoded room above `max_bytes` for the blocks' envelopes (keys, per-block overhead): the reply
+frame's size stays under `max_bytes` plus this, well within the host's frame cap."""
+
+
 def _marker(shown: int, total: int) -> str:
     return f"\n[stockade: output truncated: {shown} of {total} bytes shown]"
 
 
-def _block_size(block: dict[str, Any]) -> int:
+def _shown_size(block: dict[str, Any]) -> int:
+    """What a block counts towards `max_bytes`: its text's bytes, or its encoded size."""
     if block.get("type") == "text" and isinstance(block.get("text"), str):
         return len(block["text"].encode())
+    return _wire_size(block)
+
+
+def _wire_size(block: dict[str, Any]) -> int:
+    """A block's share of the reply frame: its whole msgpack encoding, so a flood of tiny blocks
+    counts its per-block overhead (300,000 one-character blocks are ~5 MB on the pipe, not 300 kB)."""
     return len(msgspec.msgpack.encode(block))
 
 
 def truncate_blocks(blocks: list[dict[str, Any]], max_bytes: int) -> tuple[list[dict[str, Any]], bool]:
-    """Cut `blocks` to about `max_bytes` (text bytes; encoded size for other blocks).
+    """Cut `blocks` to about `max_bytes` (text bytes; encoded size for other blocks), and their
+    encoding to `max_bytes + ENVELOPE_BYTES`, so any result fits the reply frame.
 
     Text is cut at a character boundary; blocks past the budget are dropped; a marker saying how
     much was shown is appended, so nothing disappears silently. Raises `TypeError` if a block
     cannot be serialised.
     """
-    sizes = [_block_size(block) for block in blocks]
-    total = sum(sizes)
-    if total <= max_bytes:
+    shown_sizes = [_shown_size(block) for block in blocks]
+    wire_sizes = [_wire_size(block) for block in blocks]
+    total = sum(shown_sizes)
+    budget, wire_budget = max_bytes, max_bytes + ENVELOPE_BYTES
+    if total <= budget and sum(wire_sizes) <= wire_budget:
         return blocks, False
     kept: list[dict[str, Any]] = []
-    budget = max_bytes
-    for block, size in zip(blocks, sizes, strict=True):
-        if size <= budget:
+    for block, size, wire in zip(blocks, shown_sizes, wire_sizes, strict=True):
+        if size <= budget and wire <= wire_budget:
             kept.append(block)
-            budget -= size
-        elif block.get("type") == "text" and budget > 0:
-            cut = block["text"].encode()[:budget].decode(errors="ignore")
-            kept.append({**block, "text": cut})
-            budget -= len(cut.encode())
-            break
-        else:
-            break
+            budget, wire_budget = budget - size, wire_budget - wire
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            room = min(budget, wire_budget - _wire_size({**block, "text": ""}) - TEXT_HEADER_BYTES)
+            if room > 0:
+                cut = block["text"].encode()[:room].decode(errors="ignore")
+                kept.append({**block, "text": cut})
+                budget -= len(cut.encode())
+        break
     marker = _marker(max_bytes - budget, total)
     if kept and kept[-1].get("type") == "text":
         kept[-1] = {**kept[-1], "text": kept[-1]["text"] + marker}

@@ -6,7 +6,8 @@ fields. The worker speaks first: `Ready` carries `PROTOCOL_VERSION` and the work
 time and the worker answers each with exactly one reply.
 
 The worker's start-up settings travel as a `WorkerConfig` in its argv (JSON).
-Supervisor → worker (`ToWorker`): `RunTool`, `DescribeTools`, `Shutdown`.
+Supervisor → worker (`ToWorker`): `Caged`, `RunTool`, `DescribeTools`, `Shutdown`. `Caged` (no reply)
+follows `Ready` once the supervisor has put the worker in its cgroups: only then may tool code run.
 Worker → supervisor (`FromWorker`): `Ready`, `Refused`, `ToolOk`, `ToolFailed`, `Described`.
 """
 
@@ -19,6 +20,7 @@ from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "Caged",
     "CallUsage",
     "DescribeTools",
     "Described",
@@ -66,7 +68,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     import_paths: tuple[str, ...] = ()
     """Folders the worker may import tool modules from, besides its interpreter's own path."""
     preload_refs: tuple[str, ...] = ()
-    """Tool references to import once the worker is ready, before its first request arrives."""
+    """Tool references to import once the worker is caged (`Caged`), before its first request arrives."""
 
 
 # Supervisor → worker
@@ -92,6 +94,11 @@ class DescribeTools(_Message, frozen=True, tag="describe_tools"):
     """Import each reference and describe the tools it names."""
 
     refs: list[str]
+
+
+class Caged(_Message, frozen=True, tag="caged"):
+    """Every parent-side layer (the cgroups) is in place: the worker may import `preload_refs`.
+    Sent once, right after `Ready`; the worker does not answer it."""
 
 
 class Shutdown(_Message, frozen=True, tag="shutdown"):
@@ -154,7 +161,7 @@ class Described(_Message, frozen=True, tag="described"):
     """The references import the `anthropic` SDK (its tools are `beta_tool`s): worth preloading."""
 
 
-ToWorker = RunTool | DescribeTools | Shutdown
+ToWorker = Caged | RunTool | DescribeTools | Shutdown
 FromWorker = Ready | Refused | ToolOk | ToolFailed | Described
 
 _encoder = msgspec.msgpack.Encoder()

@@ -66,8 +66,12 @@ def test_thread_pinned_worker_restarts_after_timeout() -> None:
 
     async def scenario(sandbox: Sandbox) -> None:
         await call(sandbox, "counter", thread="t")
+        first = await call(sandbox, "spin", thread="t")
+        assert first.kind == "timed_out"
+        # Its worker was killed; the next call of the tool in the thread gets a new one ...
         assert (await call(sandbox, "spin", thread="t")).kind == "timed_out"
-        assert (await call(sandbox, "counter", thread="t")).content()[0]["text"] == "1"
+        # ... while another tool's pinned worker (per tool, per thread) never noticed.
+        assert (await call(sandbox, "counter", thread="t")).content()[0]["text"] == "2"
 
     in_sandbox(scenario, default=pinned)
 

@@ -1,0 +1,203 @@
+"""Idmapped workdirs: a tool's slot uid writes a user's folder as the folder's owner.
+
+A configured workdir (and `writable_paths`) belongs to a person: stockade never changes the owner or
+mode of what is there. Inside the worker's mount namespace, the folder is re-mounted on itself
+through an idmapped mount (`mount_setattr` with `MOUNT_ATTR_IDMAP`, Linux 5.12+) whose mapping sends
+the folder owner's uid and gid to the worker's slot uid and gid and nothing else: the slot uid then
+sees the owner's files as its own and may write them, and every file it creates is stored on disk
+with the owner's uid and gid. Files of any other uid show as the overflow uid (nobody) and stay
+out of reach, as they would for the owner. The slot uid keeps every guarantee of the uid layer: it
+still cannot signal, ptrace or read anything of the supervisor or of root.
+
+Errors: `OSError` when the kernel or the filesystem cannot idmap (the caller reports the layer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+
+__all__ = ["idmap_onto_itself", "owner_mapping"]
+
+SYS_OPEN_TREE = 428
+SYS_MOVE_MOUNT = 429
+SYS_MOUNT_SETATTR = 442
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = os.O_CLOEXEC
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_IDMAP = 0x00100000
+CLONE_NEWUSER = 0x10000000
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = (
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    )
+
+
+def _call(number: int, *args: object, what: str) -> int:
+    result = int(_libc.syscall(ctypes.c_long(number), *args))
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def _userns_fd(owner_uid: int, owner_gid: int, uid: int, gid: int) -> int:
+    """An fd of a fresh user namespace mapping `owner_uid`/`owner_gid` (inside) to `uid`/`gid`.
+
+    A forked child unshares it and waits; we write its maps (we are root), open it, and kill it."""
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            code = 0 if _libc.unshare(ctypes.c_int(CLONE_NEWUSER)) == 0 else 1
+            os.write(ready_w, bytes([code]))
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        if os.read(ready_r, 1) != b"\0":
+            raise OSError(0, "unshare(CLONE_NEWUSER) failed in the idmap helper")
+        with open(f"/proc/{pid}/uid_map", "w") as maps:
+            maps.write(f"{owner_uid} {uid} 1\n")
+        with open(f"/proc/{pid}/setgroups", "w") as setgroups:
+            setgroups.write("deny")
+        with open(f"/proc/{pid}/gid_map", "w") as maps:
+            maps.write(f"{owner_gid} {gid} 1\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def owner_mapping(path: str, uid: int, gid: int) -> int:
+    """A user namespace fd mapping `path`'s owner to `uid`/`gid`: made before the mount namespace
+    turns /proc read-only (its maps are written through /proc)."""
+    info = os.stat(path)
+    return _userns_fd(info.st_uid, info.st_gid, uid, gid)
+
+
+def idmap_onto_itself(path: str, userns: int) -> str:
+    """Mount `path` on itself, idmapped through `userns` (from `owner_mapping`), so the slot uid
+    acts as its owner; call inside a private mount namespace, as root, before dropping to the slot
+    uid. Closes `userns`. Returns a one-line description."""
+    try:
+        flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE
+        tree = _call(
+            SYS_OPEN_TREE, ctypes.c_int(-100), os.fsencode(path), ctypes.c_uint(flags), what="open_tree"
+        )
+        try:
+            attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns)
+            _call(
+                SYS_MOUNT_SETATTR,
+                ctypes.c_int(tree),
+                b"",
+                ctypes.c_uint(AT_EMPTY_PATH | AT_RECURSIVE),
+                ctypes.byref(attr),
+                ctypes.c_size_t(ctypes.sizeof(attr)),
+                what=f"mount_setattr idmap {path}",
+            )
+            _call(
+                SYS_MOVE_MOUNT,
+                ctypes.c_int(tree),
+                b"",
+                ctypes.c_int(-100),
+                os.fsencode(path),
+                ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+                what=f"move_mount {path}",
+            )
+        finally:
+            os.close(tree)
+    finally:
+        os.close(userns)
+    return f"{path} idmapped to its owner"
+
+
+# Through an idmapped folder, a file the slot uid creates is stored as the folder's owner (root, for
+# a root-owned folder): a set-user-ID or set-group-ID bit on it would leave a setuid-root program
+# on the host's disk. A seccomp filter refuses (EPERM) every mode argument carrying these bits.
+SECCOMP_MODE_FILTER = 2
+PR_SET_SECCOMP = 22
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+SETID_BITS = 0o6000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+_MODE_ARGS_X86_64 = {2: 2, 85: 1, 257: 3, 83: 1, 258: 2, 90: 1, 91: 1, 268: 2, 452: 2, 133: 1, 259: 2}
+"""x86_64 syscall -> index of its mode argument: open, creat, openat, mkdir, mkdirat, chmod, fchmod,
+fchmodat, fchmodat2, mknod, mknodat."""
+SYS_OPENAT2 = 437
+"""openat2 carries its mode in a struct a filter cannot read: refused with ENOSYS (libcs fall back)."""
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JSET_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x45, 0x35, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = (
+        ("code", ctypes.c_ushort),
+        ("jt", ctypes.c_ubyte),
+        ("jf", ctypes.c_ubyte),
+        ("k", ctypes.c_uint),
+    )
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter)))
+
+
+def _setid_program() -> list[tuple[int, int, int, int]]:
+    """The BPF program: (code, jt, jf, k) per instruction."""
+    allow, eperm = SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | 1
+    prog = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # arch
+        (_BPF_JEQ_K, 1, 0, AUDIT_ARCH_X86_64),
+        (_BPF_RET_K, 0, 0, eperm),  # another ABI: nothing of it is expected here
+        (_BPF_LD_W_ABS, 0, 0, 0),  # syscall number
+        (_BPF_JGE_K, 0, 1, X32_SYSCALL_BIT),
+        (_BPF_RET_K, 0, 0, eperm),
+        (_BPF_JEQ_K, 0, 1, SYS_OPENAT2),
+        (_BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | 38),  # ENOSYS
+    ]
+    for number, arg in _MODE_ARGS_X86_64.items():
+        prog += [
+            (_BPF_JEQ_K, 0, 4, number),
+            (_BPF_LD_W_ABS, 0, 0, 16 + 8 * arg),  # the argument's low 32 bits (little-endian)
+            (_BPF_JSET_K, 0, 1, SETID_BITS),
+            (_BPF_RET_K, 0, 0, eperm),
+            (_BPF_RET_K, 0, 0, allow),
+        ]
+    return [*prog, (_BPF_RET_K, 0, 0, allow)]
+
+
+def forbid_setid_modes() -> None:
+    """Install the filter refusing set-ID mode bits in this process and all it starts (irrevocable).
+    Raises `OSError` where it cannot be installed (not x86_64): the caller then does not idmap."""
+    if os.uname().machine != "x86_64":
+        raise OSError(0, f"no set-ID filter for {os.uname().machine}")
+    program = _setid_program()
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), filters)
+    result = _libc.prctl(
+        ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"seccomp set-ID filter: {os.strerror(err)}")

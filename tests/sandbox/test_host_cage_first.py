@@ -1,0 +1,86 @@
+"""Nothing of a tool module runs before its worker is fully caged (issue 14, item 1): a module whose
+top level forks a memory hog at import, imported ahead of a call (`preload_refs`), puts the hog in
+the worker's cgroups, where the memory limit kills it."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psutil
+import pytest
+from stockade.sandbox import Sandbox
+from stockade.sandbox.isolation.cage import probe
+
+_kit_spec = importlib.util.spec_from_file_location("sbx_testkit", Path(__file__).with_name("sbx_testkit.py"))
+assert _kit_spec is not None and _kit_spec.loader is not None
+kit: Any = importlib.util.module_from_spec(_kit_spec)
+_kit_spec.loader.exec_module(kit)
+harness = kit.load_sibling("isolation_harness")
+sandbox_environment = kit.sandbox_environment
+REF = "sbx_host_fork_at_import:TOOLS"
+LIMIT_BYTES = 64 * kit.MIB
+HOGS_EXPECTED = 3
+WAIT_S = 20.0
+BUSY_S = 0.3
+BUSY_JOBS = 8
+YIELDS = 20
+
+
+def _hog_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("hog-*"))
+
+
+async def _until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.timeout(90)
+def test_a_module_forking_at_import_leaves_its_hog_in_the_cgroup() -> None:
+    if not probe()["cgroup"].available:
+        pytest.skip(f"cgroup: unavailable: {probe()['cgroup'].reason}")
+    with harness.host_dir("/tmp") as work:
+        policy = msgspec.structs.replace(
+            kit.POLICY, memory_bytes=LIMIT_BYTES, pool_size=HOGS_EXPECTED, workdir=str(work)
+        )
+
+        async def scenario(sandbox: Sandbox) -> None:
+            await sandbox.describe([REF])
+            # New workers import REF before any call. The supervisor moves workers into their
+            # cgroups in threads: with its thread pool busy, the move comes late, and nothing of
+            # the module may run before it.
+            loop = asyncio.get_running_loop()
+            busy = [loop.run_in_executor(None, time.sleep, BUSY_S) for _ in range(BUSY_JOBS)]
+            warming = asyncio.ensure_future(sandbox.warm(["forked"]))
+            for _ in range(YIELDS):
+                await asyncio.sleep(0)  # The new workers' preparation is queued behind `busy` ...
+            # ... and their cgroup moves behind these.
+            busy += [loop.run_in_executor(None, time.sleep, 2 * BUSY_S) for _ in range(BUSY_JOBS)]
+            await asyncio.gather(warming, *busy)
+            await _until(lambda: len(_hog_files(work)) >= HOGS_EXPECTED, "the hogs to start")
+            for hog in _hog_files(work):
+                memory = [
+                    line
+                    for line in hog.read_text().splitlines()
+                    if ":memory:" in line or line.startswith("0::")
+                ]
+                assert memory and all("/stockade/" in line for line in memory), (hog.name, memory)
+            pids = [int(hog.name.split("-")[1]) for hog in _hog_files(work)]
+            await _until(lambda: not any(psutil.pid_exists(p) and _rss(p) for p in pids), "the hogs to die")
+
+        kit.in_sandbox(scenario, default=policy)
+
+
+def _rss(pid: int) -> int:
+    try:
+        proc = psutil.Process(pid)
+        return 0 if proc.status() == psutil.STATUS_ZOMBIE else proc.memory_info().rss
+    except psutil.Error:
+        return 0
