@@ -16,6 +16,7 @@ import anthropic
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_OK, UsageError
 from stockade.supervisor.config.policy import ApiSettings
+from stockade.supervisor.config.runner_args import runner_args
 from stockade.supervisor.environments.item import ItemSettings
 from stockade.supervisor.environments.serve import (
     DEFAULT_DRAIN_GRACE_S,
@@ -60,12 +61,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         environment_id=args.environment_id,
         environment_key=key,
         base_url=ApiSettings.from_env().base_url,
-        tool_refs=tuple(refs),
-        config=config,
+        runner=runner_args(
+            config,
+            extra_tools=args.tools or (),
+            max_idle_s=args.max_idle,
+            max_concurrent_calls=args.max_concurrent_calls,
+        ),
         workdir_root=root,
         workers_per_session=workers_per_session(args.max_workers, max_sessions),
-        max_idle_s=config.run.max_idle_s if args.max_idle is None else args.max_idle,
-        max_concurrent_calls=args.max_concurrent_calls or config.run.max_concurrent_calls,
         drain_grace_s=DEFAULT_DRAIN_GRACE_S if args.drain_grace is None else args.drain_grace,
     )
     try:

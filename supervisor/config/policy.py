@@ -24,6 +24,7 @@ import msgspec
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S
+from stockade.supervisor.runner.gate import ConfirmationRule
 from stockade.tools.registry import ToolLoadError, split_ref
 
 __all__ = [
@@ -168,9 +169,13 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
         """The effective policy of tool `name` (its table merged over `[defaults]`)."""
         return self.tools.get(name, self.defaults)
 
+    def confirmation(self) -> ConfirmationRule:
+        """The gate's confirmation rule: `[defaults]` for every tool, `[tools.NAME]` overrides."""
+        return ConfirmationRule(default=self.confirm_default, overrides=dict(self.confirm))
+
     def require_confirmation(self, name: str) -> bool:
-        """Whether tool `name` must be confirmed locally before it runs."""
-        return self.confirm.get(name, self.confirm_default)
+        """Whether tool `name` must be confirmed locally before it runs (what the gate decides)."""
+        return self.confirmation().requires(name)
 
     def with_commands(self) -> PolicyConfig:
         """This config with its command tools wired: the ref that loads them added to `[run] tools`, and

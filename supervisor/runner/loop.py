@@ -19,7 +19,7 @@ from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import ReconnectLimitExceeded
 from stockade.supervisor.runner.calls import RunningCall, RunningCalls, ToolEnd, outer_deadline_s
-from stockade.supervisor.runner.gate import Decision, NextCalls, confirmation_of, decide
+from stockade.supervisor.runner.gate import ConfirmationRule, Decision, NextCalls, confirmation_of, decide
 from stockade.supervisor.runner.journal import Journal, Recovery
 from stockade.supervisor.runner.post import ResultPoster, SendFn
 from stockade.supervisor.runner.records import CallRecord, RunEnd
@@ -54,7 +54,7 @@ class LoopConfig:
     tools: Mapping[str, ToolInfo]
     policies: Mapping[str, ResourcePolicy]
     default_policy: ResourcePolicy
-    require_confirmation: frozenset[str]
+    require_confirmation: ConfirmationRule
     max_idle_s: float | None
     max_concurrent_calls: int | None
     max_reconnects: int | None
