@@ -242,7 +242,8 @@ def _add_journal(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="directory of the crash-safe call journal (default ./.stockade/state): a restarted run "
+        help="directory of the crash-safe call journal (default $XDG_STATE_HOME/stockade, else "
+        "/var/lib/stockade for root, ~/.local/state/stockade otherwise): a restarted run "
         "posts saved results instead of running those calls again",
     )
     parser.add_argument(

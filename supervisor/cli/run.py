@@ -82,10 +82,11 @@ def make_runner(
 
 
 def state_dir_of(args: argparse.Namespace) -> str | None:
-    """The journal's directory: `--state-dir`, else the default; None with `--no-journal`."""
-    from stockade.supervisor.runner.journal import DEFAULT_STATE_DIR
+    """The journal's directory: `--state-dir`, else the default (`config.environment`, never under the
+    current directory); None with `--no-journal`."""
+    from stockade.supervisor.config.environment import default_state_dir
 
-    return None if args.no_journal else (args.state_dir or DEFAULT_STATE_DIR)
+    return None if args.no_journal else (args.state_dir or str(default_state_dir()))
 
 
 def run_session(runner: Any, reporter: CallReporter) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import anthropic
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_OK, UsageError
+from stockade.supervisor.config.environment import environment_key
 from stockade.supervisor.config.policy import ApiSettings
 from stockade.supervisor.config.runner_args import runner_args
 from stockade.supervisor.environments.item import ItemSettings
@@ -39,7 +39,7 @@ async def _serve_until_signal(server: WorkServer) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`stockade serve --environment-id ID`: serve the environment's work queue until SIGTERM/SIGINT."""
-    key = os.environ.get(ENVIRONMENT_KEY_ENV) or None
+    key = environment_key()
     if key is None:
         print(f"stockade: error: {ENVIRONMENT_KEY_ENV} is not set", file=sys.stderr)
         return EXIT_NO_API_KEY
