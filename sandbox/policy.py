@@ -62,3 +62,6 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     """Warm workers kept ready for this policy."""
     require_layers: tuple[str, ...] = ()
     """Isolation layers that must be available; a call is refused (fail closed) if one is not."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the worker, by value (e.g. the command tools' specs): passed
+    explicitly, never through the supervisor's own environment."""

@@ -71,7 +71,11 @@ def make_runner(
     """A SessionRunner for `session_id` with `config`'s runner arguments (`config.runner_args`), the
     extra tool references `refs` and the given callbacks; flags given (not None) win over `[run]`."""
     from stockade.supervisor import SessionRunner
+    from stockade.supervisor.config.exposure import refuse_exposed
     from stockade.supervisor.config.runner_args import runner_args
+
+    if state_dir is not None:
+        refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: not the default load checked
 
     args = runner_args(
         config, extra_tools=refs, max_idle_s=max_idle_s, max_concurrent_calls=max_concurrent_calls

@@ -33,7 +33,8 @@ def test_a_tool_module_in_the_workdir_is_not_importable(run_cli, tmp_path: Path)
     (tmp_path / "stockade.toml").write_text(f'[defaults]\nworkdir = "{tmp_path}"\n')
     proc = run_cli("call", "shout", "--input", '{"text": "hi"}', "--tools", "mytools:shout", cwd=tmp_path)
     assert proc.returncode == 2
-    assert "no module named 'mytools'" in proc.stderr
+    # Refused when the policy loads: a workdir holding the supervisor's own folder (`test_exposure.py`).
+    assert "field 'workdir'" in proc.stderr and "current directory" in proc.stderr
 
 
 FAKE_KEY = "sk-ant-fake-0123456789"
