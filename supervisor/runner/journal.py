@@ -22,7 +22,8 @@ ignored, so a stale journal never silences or replaces a call.
 An exclusive `flock` on a lock file beside the database keeps a second supervisor off the same
 session's journal (`JournalBusy`); the kernel drops it when its holder dies, even by SIGKILL.
 
-The state directory is the supervisor's alone: made 0700, every file in it 0600 (the database is
+The state directory is the supervisor's alone: made 0700 (an existing one must already be its user's
+and 0700, or the journal refuses to open), every file in it 0600 (the database is
 created 0600 before SQLite opens it, so its `-wal` and `-shm`, which SQLite creates with the
 database's mode, are 0600 too). The runner writes through the `a*` methods, which run on one
 thread of the journal's own, each bounded (`WRITE_TIMEOUT_S`, SQLite's busy timeout far shorter), so a
@@ -42,6 +43,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -154,6 +156,8 @@ class Journal:
         try:
             private_dir(self.path.parent)
             self._lock_fd = _lock(self.path.with_suffix(".lock"))
+        except JournalError:
+            raise
         except OSError as exc:
             raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
         try:
@@ -305,10 +309,16 @@ def _is_stale(entry: JournalEntry, call: Event) -> bool:
 
 
 def private_dir(path: Path) -> None:
-    """Make `path` (and missing parents) and leave it 0700: the supervisor's state is its own."""
+    """Make `path` (and missing parents) 0700, or check that an existing one is this user's own and
+    0700: never loosen or change a folder someone passed (`--state-dir /tmp` must not chmod `/tmp`)."""
     path.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
-    if (path.stat().st_mode & 0o777) != STATE_DIR_MODE:
-        os.chmod(path, STATE_DIR_MODE)
+    info = path.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise JournalError(
+            f"the state directory {path} must be this user's own and closed to others "
+            f"(mode {stat.filemode(info.st_mode)}, owner uid {info.st_uid}); use a folder of its own "
+            "or run `chmod 700` on it"
+        )
 
 
 def _lock(path: Path) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from stockade.emulator import Emulator
-from stockade.supervisor.runner.journal import Journal, journal_path
+from stockade.supervisor.runner.journal import Journal, JournalError, journal_path
 
 from .conftest import API_KEY, POLICY, run_scenario
 
@@ -46,6 +46,15 @@ def test_the_journal_folder_is_0700_and_every_file_0600(tmp_path: Path) -> None:
     assert _mode(state) == 0o700
     assert {"sesn_modes.sqlite3", "sesn_modes.sqlite3-wal", "sesn_modes.sqlite3-shm"} <= set(modes)
     assert set(modes.values()) == {0o600}, modes
+
+
+def test_a_state_directory_open_to_others_is_refused_not_changed(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    with pytest.raises(JournalError, match="closed to others"):
+        Journal.for_session(shared, "sesn_shared")
+    assert _mode(shared) == 0o755 and list(shared.iterdir()) == []
 
 
 def _text(event: dict[str, Any]) -> str:
