@@ -75,3 +75,6 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     disk_bytes: PositiveInt | None = 1024 * MIB
     """Total writes of a worker to its private tmp dirs and temporary workdir: one size-capped tmpfs
     (under the mount namespace), so a write past it fails with ENOSPC and the call is `over_limit`."""
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables set in the worker, by value (e.g. the command tools' specs): passed
+    explicitly, never through the supervisor's own environment."""

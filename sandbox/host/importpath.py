@@ -3,19 +3,24 @@
 Workers start with `-P -s` (no script directory, no current directory, no user site on `sys.path`), so
 a tool cannot plant a module in its workdir for a later call to import. The folders a user's own tool
 modules live in come from the supervisor instead: by default the folders on its own `sys.path` (the
-current directory), minus the interpreter's own, which the worker has. The
-worker drops any of them that a tool may write to: its workdir and the policy's writable paths.
+current directory), minus the interpreter's own, which the worker has. Those folders are never shown
+to a worker whole: the sandbox copies just the referenced modules into a private `ImportFolder` and
+workers import from that alone. The worker drops any import path that a tool may write to: its workdir
+and the policy's writable paths.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from stockade.sandbox.policy import ResourcePolicy
 
-__all__ = ["default_import_paths", "safe_import_paths"]
+__all__ = ["ImportFolder", "default_import_paths", "safe_import_paths"]
 
 
 def _inside(path: str, roots: Iterable[str]) -> bool:
@@ -43,3 +48,66 @@ def safe_import_paths(paths: Sequence[str], policy: ResourcePolicy, workdir: str
         for path in (os.path.realpath(p) for p in paths)
         if path not in present and not _inside(path, writable)
     ]
+
+
+# Never copied: byte code is rebuilt from the copies, and dot files (`.env`, `.git`) are not code.
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+IMPORT_FOLDER_MODE = 0o755  # read by the workers' slot uids; written only by the supervisor
+
+
+class ImportFolder:
+    """A private folder holding copies of just the tool modules the references name, so a worker sees
+    those and nothing else of the folders they came from (a `.env` beside `mytools.py` stays out of
+    reach). A reference's module is looked up in `sources` (not imported): a top-level `name.py` is
+    copied as a file, a package as its whole folder (without `__pycache__` and dot files; symlinks stay
+    links, so they reach nothing a worker could not already see). Sources a tool may write to
+    (`writable`) are skipped, so a tool cannot plant a module for a later worker to import."""
+
+    def __init__(self, sources: Sequence[str], writable: Iterable[str] = ()) -> None:
+        roots = [os.path.realpath(p) for p in writable]
+        self.sources = [p for p in (os.path.realpath(s) for s in sources) if not _inside(p, roots)]
+        self.path = tempfile.mkdtemp(prefix="stockade-imports-")
+        os.chmod(self.path, IMPORT_FOLDER_MODE)
+        self._copied: set[str] = set()
+        self._seen: set[str] = set()
+
+    def add(self, refs: Iterable[str]) -> None:
+        """Copy in the module of each `MODULE:ATTR` reference not seen yet (unknown ones are left for
+        the worker's own import to report)."""
+        for ref in refs:
+            module = ref.partition(":")[0]
+            if module in self._seen:
+                continue
+            self._seen.add(module)
+            found = self._find(module.split("."))
+            if found is not None and found[1] not in self._copied:
+                self._copy(*found)
+
+    def _find(self, parts: list[str]) -> tuple[Path, str] | None:
+        """The file or package folder that provides `parts` (its first regular package or module
+        file), and its path relative to its source."""
+        for source in self.sources:
+            base = Path(source)
+            for depth, part in enumerate(parts):
+                rel = "/".join(parts[: depth + 1])
+                if (base / part / "__init__.py").is_file():
+                    return base / part, rel
+                if depth == len(parts) - 1 and (base / f"{part}.py").is_file():
+                    return base / f"{part}.py", f"{rel}.py"
+                if not (base / part).is_dir():
+                    break
+                base = base / part  # a namespace package: look one level deeper
+        return None
+
+    def _copy(self, source: Path, rel: str) -> None:
+        target = Path(self.path, rel)
+        target.parent.mkdir(parents=True, exist_ok=True, mode=IMPORT_FOLDER_MODE)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=True, ignore=_IGNORED, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, target)
+        self._copied.add(rel)
+
+    def close(self) -> None:
+        """Remove the folder (idempotent)."""
+        shutil.rmtree(self.path, ignore_errors=True)

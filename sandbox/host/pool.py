@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 from stockade.sandbox.errors import SandboxError
 from stockade.sandbox.host.cpuwatch import CpuWatch
-from stockade.sandbox.host.importpath import default_import_paths
+from stockade.sandbox.host.importpath import ImportFolder, default_import_paths
 from stockade.sandbox.host.outcomes import (
     call_usage,
     killed_outcome,
@@ -106,13 +106,18 @@ class Sandbox:
         preload: Sequence[str] = (),
         import_paths: Sequence[str] | None = None,
     ) -> None:
-        """`import_paths`: folders workers may import tool modules from (default: the folders on this
-        process's own `sys.path`, the current directory for `python -m`, outside the interpreter).
+        """`import_paths`: folders the referenced tool modules are looked up in (default: the folders on
+        this process's own `sys.path`, the current directory for `python -m`, outside the interpreter);
+        workers see only copies of the referenced modules (`ImportFolder`), never those folders.
         `preload`: installed modules the zygote imports once for every worker (only ones that load from
         the standard library or site-packages are imported: never a tool module or a writable folder)."""
         self.policies = dict(policies or {})
-        self.import_paths = tuple(default_import_paths() if import_paths is None else import_paths)
         self.default = default if default is not None else ResourcePolicy()
+        writable = [p for pol in (self.default, *self.policies.values()) for p in _writable(pol)]
+        self._imports = ImportFolder(
+            default_import_paths() if import_paths is None else import_paths, writable
+        )
+        self.import_paths = (self._imports.path,)
         self.marker = f"sbx{uuid.uuid4().hex[:12]}"
         """Prefix of every worker id (and so of every worker's marker env var)."""
         self._ids = itertools.count(1)
@@ -350,6 +355,7 @@ class Sandbox:
         """
         key = self._key(request.name, request.ref)
         policy = key[2]
+        self._imports.add((request.ref,))  # a no-op for a described reference
         if policy.worker_lifetime == "thread":
             # The primary thread (no thread id) is a thread too: its bash keeps its shell between calls.
             pin = (*key, thread or PRIMARY_THREAD)
@@ -439,6 +445,7 @@ class Sandbox:
         """Import `refs` in a worker and describe their tools; raises `ToolLoadFailed`. The worker
         is retired afterwards: every reference's module has run in it, so it may serve no tool."""
         policy = self.default
+        await asyncio.to_thread(self._imports.add, refs)
         try:
             worker = await self._acquire(("", "describe", policy))
         except WorkerStartError as exc:
@@ -489,6 +496,7 @@ class Sandbox:
         await asyncio.to_thread(tree.sweep_marked, self.marker)
         for workdir in self._workdirs.values():
             await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
+        self._imports.close()
 
 
 def _blank(policy: ResourcePolicy) -> PoolKey:
@@ -499,6 +507,11 @@ def _blank(policy: ResourcePolicy) -> PoolKey:
 def zygote_env(marker: str) -> dict[str, str]:
     """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
     return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})
+
+
+def _writable(policy: ResourcePolicy) -> list[str]:
+    """What a tool of `policy` may write to, as far as the supervisor knows before a worker starts."""
+    return [*((policy.workdir,) if policy.workdir else ()), *policy.writable_paths]
 
 
 def run_call_sync(

@@ -101,10 +101,11 @@ def warm_cpu_exhausted(policy: ResourcePolicy, worker_cpu_s: float) -> bool:
 def worker_env(
     policy: ResourcePolicy, workdir: str, extra: Mapping[str, str], source: Mapping[str, str] = os.environ
 ) -> dict[str, str]:
-    """The complete environment of a worker: the allowlist, the policy's passthrough, `extra`."""
+    """The complete environment of a worker: the allowlist, the policy's passthrough and `env`, `extra`."""
     env = {name: source[name] for name in (*BASE_ENV_ALLOWLIST, *policy.env_passthrough) if name in source}
     env.setdefault("PATH", DEFAULT_PATH)
     env.update(HOME=workdir, TMPDIR=workdir)
+    env.update(policy.env)
     env.update(extra)
     return env
 

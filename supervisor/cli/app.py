@@ -63,15 +63,12 @@ def _version() -> str:
 
 def load_config(path: str | None) -> PolicyConfig:
     """The policy file at `path`, else `./stockade.toml` if present, else the built-in defaults; its
-    command tools wired for the workers."""
+    command tools wired for the workers (their specs passed in the policies, not this environment)."""
     from stockade.supervisor.config.policy import DEFAULT_POLICY_FILE, PolicyConfig, load_policy_file
 
     if path is None and os.path.exists(DEFAULT_POLICY_FILE):
         path = DEFAULT_POLICY_FILE
     config = PolicyConfig() if path is None else load_policy_file(path)
-    if config.commands:
-        # Workers inherit only passed-through variables; this one carries the command tools' specs.
-        os.environ.update(config.command_env())
     return config.with_commands()
 
 
@@ -248,7 +245,8 @@ def _add_journal(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="directory of the crash-safe call journal (default ./.stockade/state): a restarted run "
+        help="directory of the crash-safe call journal (default $XDG_STATE_HOME/stockade, else "
+        "/var/lib/stockade for root, ~/.local/state/stockade otherwise): a restarted run "
         "posts saved results instead of running those calls again",
     )
     parser.add_argument(

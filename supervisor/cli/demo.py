@@ -8,7 +8,6 @@ it) and shows that a sandboxed tool cannot see it. Exit 0 only if every call end
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -152,7 +151,6 @@ def _play(reporter: CallReporter, records: dict[str, Any]) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """`stockade demo`: play the demo session and check every call ended as expected."""
-    os.environ["ANTHROPIC_API_KEY"] = FAKE_API_KEY  # the demo's own process only: tools must not see it
     reporter = CallReporter(json_lines=args.json, stream=sys.stdout, status=sys.stderr)
     records: dict[str, Any] = {}
     if not args.json:

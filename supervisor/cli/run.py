@@ -68,29 +68,29 @@ def make_runner(
     max_concurrent_calls: int | None,
     state_dir: str | None = None,
 ) -> Any:
-    """A SessionRunner for `session_id` with `config`'s policies and the given callbacks."""
+    """A SessionRunner for `session_id` with `config`'s runner arguments (`config.runner_args`), the
+    extra tool references `refs` and the given callbacks; flags given (not None) win over `[run]`."""
     from stockade.supervisor import SessionRunner
+    from stockade.supervisor.config.exposure import refuse_exposed
+    from stockade.supervisor.config.runner_args import runner_args
 
+    if state_dir is not None:
+        refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: not the default load checked
+
+    args = runner_args(
+        config, extra_tools=refs, max_idle_s=max_idle_s, max_concurrent_calls=max_concurrent_calls
+    )
     return SessionRunner(
-        client=client,
-        session_id=session_id,
-        tools=list(refs),
-        policies=config.tools,
-        default_policy=config.defaults,
-        require_confirmation=frozenset(n for n in config.tool_names() if config.require_confirmation(n)),
-        max_idle=max_idle_s,
-        max_concurrent_calls=max_concurrent_calls,
-        on_call=on_call,
-        on_event=on_event,
-        state_dir=state_dir,
+        client=client, session_id=session_id, on_call=on_call, on_event=on_event, state_dir=state_dir, **args
     )
 
 
 def state_dir_of(args: argparse.Namespace) -> str | None:
-    """The journal's directory: `--state-dir`, else the default; None with `--no-journal`."""
-    from stockade.supervisor.runner.journal import DEFAULT_STATE_DIR
+    """The journal's directory: `--state-dir`, else the default (`config.environment`, never under the
+    current directory); None with `--no-journal`."""
+    from stockade.supervisor.config.environment import default_state_dir
 
-    return None if args.no_journal else (args.state_dir or DEFAULT_STATE_DIR)
+    return None if args.no_journal else (args.state_dir or str(default_state_dir()))
 
 
 def run_session(runner: Any, reporter: CallReporter) -> int:
@@ -118,8 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("stockade: error: ANTHROPIC_API_KEY is not set", file=sys.stderr)
         return EXIT_NO_API_KEY
     config = load_config(args.policy)
-    refs = check_refs([*config.tool_refs, *(args.tools or [])])
-    if not refs:
+    refs = check_refs(args.tools or [])
+    if not [*config.tool_refs, *refs]:
         raise UsageError("no tools to serve: pass --tools MODULE:ATTR or set [run] tools in the policy file")
     _setup_logging(args.verbose)
     import anthropic
@@ -133,8 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config,
         on_call=reporter.on_call,
         on_event=reporter.on_event,
-        max_idle_s=config.run.max_idle_s if args.max_idle is None else args.max_idle,
-        max_concurrent_calls=args.max_concurrent_calls or config.run.max_concurrent_calls,
+        max_idle_s=args.max_idle,
+        max_concurrent_calls=args.max_concurrent_calls,
         state_dir=state_dir_of(args),
     )
     return run_session(runner, reporter)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -15,7 +14,9 @@ from pathlib import Path
 import anthropic
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_OK, UsageError
+from stockade.supervisor.config.environment import environment_key
 from stockade.supervisor.config.policy import ApiSettings
+from stockade.supervisor.config.runner_args import runner_args
 from stockade.supervisor.environments.item import ItemSettings
 from stockade.supervisor.environments.serve import (
     DEFAULT_DRAIN_GRACE_S,
@@ -38,7 +39,7 @@ async def _serve_until_signal(server: WorkServer) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """`stockade serve --environment-id ID`: serve the environment's work queue until SIGTERM/SIGINT."""
-    key = os.environ.get(ENVIRONMENT_KEY_ENV) or None
+    key = environment_key()
     if key is None:
         print(f"stockade: error: {ENVIRONMENT_KEY_ENV} is not set", file=sys.stderr)
         return EXIT_NO_API_KEY
@@ -60,12 +61,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         environment_id=args.environment_id,
         environment_key=key,
         base_url=ApiSettings.from_env().base_url,
-        tool_refs=tuple(refs),
-        config=config,
+        runner=runner_args(
+            config,
+            extra_tools=args.tools or (),
+            max_idle_s=args.max_idle,
+            max_concurrent_calls=args.max_concurrent_calls,
+        ),
         workdir_root=root,
         workers_per_session=workers_per_session(args.max_workers, max_sessions),
-        max_idle_s=config.run.max_idle_s if args.max_idle is None else args.max_idle,
-        max_concurrent_calls=args.max_concurrent_calls or config.run.max_concurrent_calls,
         drain_grace_s=DEFAULT_DRAIN_GRACE_S if args.drain_grace is None else args.drain_grace,
     )
     try:

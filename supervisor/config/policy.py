@@ -25,6 +25,7 @@ from stockade.sandbox.netrules import RuleError, parse_rule
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S
+from stockade.supervisor.runner.gate import ConfirmationRule
 from stockade.tools.registry import ToolLoadError, split_ref
 
 __all__ = [
@@ -186,21 +187,24 @@ class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
         """The effective policy of tool `name` (its table merged over `[defaults]`)."""
         return self.tools.get(name, self.defaults)
 
+    def confirmation(self) -> ConfirmationRule:
+        """The gate's confirmation rule: `[defaults]` for every tool, `[tools.NAME]` overrides."""
+        return ConfirmationRule(default=self.confirm_default, overrides=dict(self.confirm))
+
     def require_confirmation(self, name: str) -> bool:
-        """Whether tool `name` must be confirmed locally before it runs."""
-        return self.confirm.get(name, self.confirm_default)
+        """Whether tool `name` must be confirmed locally before it runs (what the gate decides)."""
+        return self.confirmation().requires(name)
 
     def with_commands(self) -> PolicyConfig:
         """This config with its command tools wired: the ref that loads them added to `[run] tools`, and
-        their specs' variable (`command_env()`) passed through to every worker."""
+        their specs set, by value, in the environment of every worker (`ResourcePolicy.env`)."""
         if not self.commands:
             return self
-        from stockade.tools.command import COMMAND_TOOLS_ENV
+        specs = self.command_env()
 
         def passing(policy: ResourcePolicy) -> ResourcePolicy:
-            return msgspec.structs.replace(
-                policy, env_passthrough=(*policy.env_passthrough, COMMAND_TOOLS_ENV)
-            )
+            env = dict(policy.env) | specs
+            return msgspec.structs.replace(policy, env=tuple(sorted(env.items())))
 
         run = msgspec.structs.replace(self.run, tools=(*self.run.tools, COMMAND_TOOLS_REF))
         tools = {name: passing(policy) for name, policy in self.tools.items()}
@@ -369,8 +373,21 @@ def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
     )
 
 
-def load_policy_file(path: str | os.PathLike[str]) -> PolicyConfig:
-    """Read and validate the policy file at `path`; raises `ConfigError` with a user-facing message."""
+def load_policy_file(
+    path: str | os.PathLike[str], *, state_dir: str | os.PathLike[str] | None = None
+) -> PolicyConfig:
+    """Read and validate the policy file at `path`; raises `ConfigError` with a user-facing message.
+    A writable folder that contains the supervisor's own files (its current directory, this file, its
+    state directory `state_dir` or else the default one, an import path) is refused (`exposure.py`)."""
+    from stockade.supervisor.config.environment import default_state_dir
+    from stockade.supervisor.config.exposure import refuse_exposed
+
+    config = _read_policy_file(path)
+    refuse_exposed(config, state_dir=default_state_dir() if state_dir is None else state_dir)
+    return config
+
+
+def _read_policy_file(path: str | os.PathLike[str]) -> PolicyConfig:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

@@ -32,7 +32,7 @@ import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
 import msgspec
 from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.supervisor.config.policy import PolicyConfig
+from stockade.supervisor.config.runner_args import RunnerArgs
 from stockade.supervisor.environments.lease import Lease, cancel_and_wait
 from stockade.supervisor.runner.facade import SessionRunner
 from stockade.supervisor.runner.records import RunEnd
@@ -55,17 +55,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ItemSettings:
-    """What every served item shares: the API, the tools and policies, and the limits."""
+    """What every served item shares: the API, the runner's arguments (`config.runner_args`: tools,
+    policies, the confirmation rule, limits), the workdirs and the worker cap."""
 
     environment_id: str
     environment_key: str
     base_url: str | None
-    tool_refs: tuple[str, ...]
-    config: PolicyConfig
+    runner: RunnerArgs
     workdir_root: Path
     workers_per_session: int | None
-    max_idle_s: float | None
-    max_concurrent_calls: int | None
     drain_grace_s: float
 
 
@@ -162,10 +160,11 @@ class ServedItem:
     async def _run_session(self, drain: asyncio.Event) -> None:
         settings = self._settings
         sandbox = _CountingSandbox(
-            policies=self._policies(settings.config.tools),
-            default=self._policy(settings.config.defaults),
+            policies=self._policies(settings.runner["policies"]),
+            default=self._policy(settings.runner["default_policy"]),
             max_workers=settings.workers_per_session,
             zygote=self._zygote if self._zygote is not None else True,
+            preload=settings.runner["preload"],
         )
         async with sandbox:
             runner = self._runner(sandbox)
@@ -208,18 +207,11 @@ class ServedItem:
             await asyncio.sleep(DRAIN_CHECK_INTERVAL_S)
 
     def _runner(self, sandbox: Sandbox) -> SessionRunner:
-        config = self._settings.config
+        args = RunnerArgs(**self._settings.runner)
+        # The item's own sandbox already gave each policy the item's workdir.
+        args["policies"], args["default_policy"] = dict(sandbox.policies), sandbox.default
         return SessionRunner(
-            client=self._client,
-            session_id=self.session_id,
-            tools=list(self._settings.tool_refs),
-            policies=sandbox.policies,
-            default_policy=sandbox.default,
-            require_confirmation=frozenset(n for n in config.tool_names() if config.require_confirmation(n)),
-            sandbox=sandbox,
-            max_idle=self._settings.max_idle_s,
-            max_concurrent_calls=self._settings.max_concurrent_calls,
-            on_call=self._on_call,
+            client=self._client, session_id=self.session_id, sandbox=sandbox, on_call=self._on_call, **args
         )
 
     def _on_call(self, record: Any) -> None:

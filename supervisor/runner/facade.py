@@ -25,6 +25,7 @@ import anthropic
 from stockade.sandbox import Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
+from stockade.supervisor.runner.gate import ConfirmationRule
 from stockade.supervisor.runner.journal import Journal
 from stockade.supervisor.runner.loop import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
 from stockade.supervisor.runner.post import SendFn, sender
@@ -53,7 +54,7 @@ class SessionRunner:
         tools: Sequence[str],
         policies: Mapping[str, ResourcePolicy] | None = None,
         default_policy: ResourcePolicy | None = None,
-        require_confirmation: Collection[str] = (),
+        require_confirmation: ConfirmationRule | Collection[str] | bool = (),
         sandbox: Sandbox | None = None,
         max_idle: float | None = DEFAULT_MAX_IDLE_S,
         max_concurrent_calls: int | None = 1,
@@ -70,8 +71,9 @@ class SessionRunner:
           session_id: the session to attach to.
           tools: tool references ("module:attr") that the sandbox's workers import.
           policies: a `ResourcePolicy` per tool name; `default_policy` for the rest.
-          require_confirmation: tool names whose calls wait for an `allow` confirmation whatever the
-            server evaluated.
+          require_confirmation: which tools' calls wait for an `allow` confirmation whatever the
+            server evaluated: tool names, `True` for every tool, or a `ConfirmationRule` (a default
+            and per-tool overrides, as `stockade.supervisor.config.runner_args` builds from a policy file).
           sandbox: an existing (shared) sandbox; the runner then neither opens nor closes it.
           max_idle: seconds of idle (any stop reason but `requires_action`) before the run ends;
             `None` disables the idle stop, 0 stops as soon as idle is confirmed.
@@ -94,7 +96,7 @@ class SessionRunner:
         self.tool_refs = list(tools)
         self.policies = dict(policies or {})
         self.default_policy = default_policy or ResourcePolicy()
-        self.require_confirmation = frozenset(require_confirmation)
+        self.require_confirmation = ConfirmationRule.of(require_confirmation)
         self.max_idle = max_idle
         self.max_concurrent_calls = max_concurrent_calls
         self.max_reconnects = max_reconnects

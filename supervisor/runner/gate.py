@@ -2,21 +2,51 @@
 
 `decide` answers from a closed set and fails closed: an unknown `evaluated_permission`, a missing
 verdict, or a verdict other than `allow` never yields "run" for a call that needs a confirmation.
-`NextCalls` picks, per session thread, the one call that FIFO lets start.
+`NextCalls` picks, per session thread, the one call that FIFO lets start. `ConfirmationRule` is the
+local rule of which tools are held for a confirmation whatever the server evaluated: a default for
+every tool and per-tool overrides (a policy file's `[defaults]` and `[tools.NAME]`
+`require_confirmation`); `stockade check` prints what it answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from stockade.supervisor.runner.view import SessionView, TrackedCall, Verdict
 
-__all__ = ["Decision", "NextCalls", "confirmation_of", "decide"]
+__all__ = ["ConfirmationRule", "Decision", "NextCalls", "confirmation_of", "decide"]
 
 Decision = Literal["run", "hold", "deny", "wait"]
 """`run`: start it; `hold`: waited on but needs an `allow`; `deny`: report, never run or post;
 `wait`: the session is not (or no longer) waiting on it."""
+
+
+@dataclass(frozen=True)
+class ConfirmationRule:
+    """Which tools wait for a local `allow` whatever the server evaluated: `overrides` by tool name,
+    `default` for every other tool (a name the rule has never heard of included: fail closed)."""
+
+    default: bool = False
+    overrides: Mapping[str, bool] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, value: ConfirmationRule | Collection[str] | bool) -> ConfirmationRule:
+        """A rule from what `SessionRunner(require_confirmation=...)` takes: a rule, tool names, or
+        `True` (every tool) / `False` (none)."""
+        if isinstance(value, ConfirmationRule):
+            return value
+        if isinstance(value, bool):
+            return cls(default=value)
+        return cls(overrides=dict.fromkeys(value, True))
+
+    def requires(self, name: str) -> bool:
+        """Whether calls of tool `name` are held until confirmed."""
+        return self.overrides.get(name, self.default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.requires(name)
 
 
 def decide(call: TrackedCall, require_confirmation: Container[str] = frozenset()) -> Decision:

@@ -11,8 +11,9 @@ next step runs:
 On restart, `recover(event)` says what to do with a call the session still waits on: nothing
 journaled → run it; `computed` → post the saved result, do not run again; `started` → the call was
 interrupted mid-run and may have had side effects, so post an error result saying so (never re-run
-it); `posted` → the API already has its result, post nothing. A result the server accepted shows up
-in history as answered, so such a call is not waited on and never reaches `recover`.
+it); `posted` → the API accepted its result once, yet the session still waits on it (a result the
+server keeps shows up in history as answered, so such a call is not waited on): post the saved result
+again, never run the tool again.
 
 Each row keeps its call's `processed_at`: a journal row whose timestamp differs from the event's belongs
 to another session that had the same id (an emulator run again, a recreated test session) and is
@@ -21,11 +22,19 @@ ignored, so a stale journal never silences or replaces a call.
 An exclusive `flock` on a lock file beside the database keeps a second supervisor off the same
 session's journal (`JournalBusy`); the kernel drops it when its holder dies, even by SIGKILL.
 
+The state directory is the supervisor's alone: made 0700 (an existing one must already be its user's
+and 0700, or the journal refuses to open), every file in it 0600 (the database is
+created 0600 before SQLite opens it, so its `-wal` and `-shm`, which SQLite creates with the
+database's mode, are 0600 too). The runner writes through the `a*` methods, which run on one
+thread of the journal's own, each bounded (`WRITE_TIMEOUT_S`, SQLite's busy timeout far shorter), so a
+stuck journal never stalls the event loop; the runner logs a failure and posts the result anyway.
+
 Errors: `JournalError` (the journal cannot be opened or written) > `JournalBusy`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -34,18 +43,21 @@ import logging
 import os
 import re
 import sqlite3
+import stat
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, cast
+from typing import Literal, TypeVar, cast
 
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.results import ResultParams, error_result
 from stockade.supervisor.runner.view import Event
 
 __all__ = [
-    "DEFAULT_STATE_DIR",
     "Journal",
     "JournalBusy",
     "JournalEntry",
@@ -54,12 +66,19 @@ __all__ = [
     "Recovery",
     "interrupted_text",
     "journal_path",
+    "journal_unreadable_text",
     "processed_at_of",
 ]
 
-DEFAULT_STATE_DIR = "./.stockade/state"
-# How long a write waits for SQLite's own lock (only this process writes, so it never should).
-SQLITE_BUSY_TIMEOUT_S = 5.0
+# How long a statement waits for SQLite's own lock: only this process uses the files (0600 in a 0700
+# folder), so it never should; short, so a lock held by anything else fails fast instead of stalling.
+SQLITE_BUSY_TIMEOUT_S = 0.5
+# How long the runner waits for one off-loop journal operation before it goes on without it.
+WRITE_TIMEOUT_S = 3.0
+STATE_DIR_MODE = 0o700
+STATE_FILE_MODE = 0o600
+_SUFFIXES = ("", "-wal", "-shm", "-journal")
+_T = TypeVar("_T")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
@@ -115,6 +134,14 @@ def interrupted_text(name: str) -> str:
     )
 
 
+def journal_unreadable_text(name: str) -> str:
+    """The result of a call whose journal could not be read: it may have run before, so it is not run."""
+    return (
+        f"tool {name!r} was not run: the supervisor's journal could not be read, and the call may have "
+        "already run in an earlier run of the supervisor"
+    )
+
+
 def journal_path(state_dir: str | os.PathLike[str], session_id: str) -> Path:
     """The database file of `session_id` in `state_dir`; unusual ids are hashed into a safe name."""
     name = session_id if _SAFE_NAME.fullmatch(session_id) else hashlib.sha256(session_id.encode()).hexdigest()
@@ -127,8 +154,10 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             self._lock_fd = _lock(self.path.with_suffix(".lock"))
+        except JournalError:
+            raise
         except OSError as exc:
             raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
         try:
@@ -136,6 +165,9 @@ class Journal:
         except (sqlite3.Error, OSError) as exc:
             os.close(self._lock_fd)
             raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
+        # One thread owns every statement the runner makes, so none runs on the event loop.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="journal")
+        self._db_lock = threading.Lock()
         log.info("journal_open path=%s pending=%d", self.path, len(self.pending()))
 
     @classmethod
@@ -153,14 +185,16 @@ class Journal:
         """Close the database and release the lock (idempotent)."""
         if self._lock_fd < 0:
             return
-        self._db.close()
+        self._thread.shutdown(wait=True)
+        with self._db_lock:
+            self._db.close()
         os.close(self._lock_fd)
         self._lock_fd = -1
 
     def discard(self) -> None:
         """Close and delete the journal: for a session that ended, which accepts no more results."""
         self.close()
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in _SUFFIXES:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{self.path}{suffix}")
         with contextlib.suppress(FileNotFoundError):
@@ -178,16 +212,44 @@ class Journal:
         """Record that the API accepted `result` (possibly a substitute for the computed one)."""
         self._write(call, "posted", result)
 
+    async def astarted(self, call: Event) -> None:
+        """`started`, off the event loop and bounded; raises `JournalError`."""
+        await self._off_loop(lambda: self.started(call))
+
+    async def acomputed(self, call: Event, result: ResultParams) -> None:
+        """`computed`, off the event loop and bounded; raises `JournalError`."""
+        await self._off_loop(lambda: self.computed(call, result))
+
+    async def aposted(self, call: Event, result: ResultParams) -> None:
+        """`posted`, off the event loop and bounded; raises `JournalError`."""
+        await self._off_loop(lambda: self.posted(call, result))
+
+    async def arecover(self, call: Event) -> Recovery | None:
+        """`recover`, off the event loop and bounded; raises `JournalError`."""
+        return await self._off_loop(lambda: self.recover(call))
+
+    async def _off_loop(self, operation: Callable[[], _T]) -> _T:
+        future = asyncio.wrap_future(self._thread.submit(operation))
+        try:
+            # Shielded: a timed-out operation finishes on its thread; only the wait for it ends.
+            return await asyncio.wait_for(asyncio.shield(future), WRITE_TIMEOUT_S)
+        except TimeoutError:
+            raise JournalError(f"the journal {self.path} did not answer within {WRITE_TIMEOUT_S}s") from None
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot use the journal {self.path}: {exc}") from exc
+
     def entry(self, tool_use_id: str) -> JournalEntry | None:
         """The journaled state of one call, if any."""
-        row = self._db.execute(
-            f"SELECT {_COLUMNS} FROM calls WHERE tool_use_id = ?", (tool_use_id,)
-        ).fetchone()
+        with self._db_lock:
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM calls WHERE tool_use_id = ?", (tool_use_id,)
+            ).fetchone()
         return None if row is None else _entry(row)
 
     def entries(self) -> list[JournalEntry]:
         """Every journaled call, oldest update first."""
-        rows = self._db.execute(f"SELECT {_COLUMNS} FROM calls ORDER BY updated_at")
+        with self._db_lock:
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM calls ORDER BY updated_at").fetchall()
         return [_entry(row) for row in rows]
 
     def pending(self) -> list[JournalEntry]:
@@ -216,7 +278,7 @@ class Journal:
         body = None if result is None else json.dumps(result, separators=(",", ":"))
         row = (str(call["id"]), str(call.get("name")), state, body, processed_at_of(call), time.time())
         try:
-            with self._db:
+            with self._db_lock, self._db:
                 self._db.execute(
                     f"INSERT INTO calls ({_COLUMNS}, updated_at) VALUES (?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (tool_use_id) DO UPDATE SET state = excluded.state,"
@@ -246,6 +308,19 @@ def _is_stale(entry: JournalEntry, call: Event) -> bool:
     return entry.processed_at is not None and current is not None and abs(entry.processed_at - current) > 1e-3
 
 
+def private_dir(path: Path) -> None:
+    """Make `path` (and missing parents) 0700, or check that an existing one is this user's own and
+    0700: never loosen or change a folder someone passed (`--state-dir /tmp` must not chmod `/tmp`)."""
+    path.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise JournalError(
+            f"the state directory {path} must be this user's own and closed to others "
+            f"(mode {stat.filemode(info.st_mode)}, owner uid {info.st_uid}); use a folder of its own "
+            "or run `chmod 700` on it"
+        )
+
+
 def _lock(path: Path) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
@@ -256,8 +331,20 @@ def _lock(path: Path) -> int:
     return fd
 
 
+def _private_files(path: Path) -> None:
+    """Create the database file 0600 if absent (SQLite gives its -wal and -shm the database's mode)
+    and narrow any of the session's files that exist to 0600."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, STATE_FILE_MODE))
+    for suffix in _SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(f"{path}{suffix}", STATE_FILE_MODE)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level="DEFERRED")
+    _private_files(path)
+    db = sqlite3.connect(
+        path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level="DEFERRED", check_same_thread=False
+    )
     mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if str(mode).lower() != "wal":
         db.close()
@@ -269,7 +356,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         columns = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
         if "processed_at" not in columns:  # a journal written before the column existed
             db.execute("ALTER TABLE calls ADD COLUMN processed_at REAL")
-    os.chmod(path, 0o600)
+    _private_files(path)
     return db
 
 

@@ -19,8 +19,14 @@ from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.errors import ReconnectLimitExceeded
 from stockade.supervisor.runner.calls import RunningCall, RunningCalls, ToolEnd, outer_deadline_s
-from stockade.supervisor.runner.gate import Decision, NextCalls, confirmation_of, decide
-from stockade.supervisor.runner.journal import Journal, Recovery
+from stockade.supervisor.runner.gate import ConfirmationRule, Decision, NextCalls, confirmation_of, decide
+from stockade.supervisor.runner.journal import (
+    Journal,
+    JournalError,
+    JournalState,
+    Recovery,
+    journal_unreadable_text,
+)
 from stockade.supervisor.runner.post import ResultPoster, SendFn
 from stockade.supervisor.runner.records import CallRecord, RunEnd
 from stockade.supervisor.runner.results import (
@@ -54,7 +60,7 @@ class LoopConfig:
     tools: Mapping[str, ToolInfo]
     policies: Mapping[str, ResourcePolicy]
     default_policy: ResourcePolicy
-    require_confirmation: frozenset[str]
+    require_confirmation: ConfirmationRule
     max_idle_s: float | None
     max_concurrent_calls: int | None
     max_reconnects: int | None
@@ -285,23 +291,68 @@ class SessionLoop:
         self._handled.add(call.id)
         self._threads_used.add(call.thread)
         event = dict(call.event or {})
-        journal = self._config.journal
-        recovery = journal.recover(event) if journal is not None else None
+        recovery = await self._recover(event)
         if recovery is not None and recovery.posted:
-            # An earlier run's result the API accepted, though the history does not show it yet.
-            self._report(call, recovery.result, posted=True, executed=False, outcome=None)
-            return
+            # The journal says the API accepted this result, yet the session still waits on the call:
+            # post the saved result again (never run the tool again), or the session waits forever.
+            log.warning("journal_posted_but_waited tool=%s tool_use_id=%s action=repost", call.name, call.id)
         result, end = await self._result_of(call, event, info, running, recovery)
         posted = False
         if self._view.has_terminated(call.thread):
             log.info("result_not_posted reason=thread_terminated tool_use_id=%s", call.id)
         else:
             result, posted = await ResultPoster(self._send, event, self._stopping).post(result)
-            if posted and journal is not None:
-                journal.posted(event, result)
+            if posted:
+                await self._journal("posted", event, result)
         outcome = None if end is None or isinstance(end, str | Exception) else end
         self._report(call, result, posted=posted, executed=recovery is None, outcome=outcome)
         self._countdown.record_activity()
+
+    async def _recover(self, event: dict[str, Any]) -> Recovery | None:
+        """The journal's word on a call an earlier run may have handled; a journal that cannot answer
+        turns the call into an error result (it may have run before: never risk running it twice)."""
+        journal = self._config.journal
+        if journal is None:
+            return None
+        try:
+            return await journal.arecover(event)
+        except JournalError as exc:
+            name = str(event.get("name"))
+            log.error(
+                "journal_failed op=recover tool=%s tool_use_id=%s error=%s action=not_run",
+                name,
+                event["id"],
+                exc,
+            )
+            return Recovery(
+                error_result(event, journal_unreadable_text(name)), posted=False, interrupted=True
+            )
+
+    async def _journal(
+        self, state: JournalState, event: dict[str, Any], result: ResultParams | None = None
+    ) -> None:
+        """Journal one step of a call; a failure is logged loudly and the call goes on (its result is
+        still posted: a lost journal row only weakens a later restart's recovery, never this run)."""
+        journal = self._config.journal
+        if journal is None:
+            return
+        try:
+            if state == "started":
+                await journal.astarted(event)
+            elif state == "computed":
+                assert result is not None
+                await journal.acomputed(event, result)
+            else:
+                assert result is not None
+                await journal.aposted(event, result)
+        except JournalError as exc:
+            log.error(
+                "journal_failed op=%s tool=%s tool_use_id=%s error=%s action=continue",
+                state,
+                event.get("name"),
+                event.get("id"),
+                exc,
+            )
 
     async def _result_of(
         self,
@@ -314,14 +365,11 @@ class SessionLoop:
         """The journal's saved result for a call an earlier run started, else the call's own, journaled."""
         if recovery is not None:
             return recovery.result, None
-        journal = self._config.journal
-        if journal is not None:
-            journal.started(event)
+        await self._journal("started", event)
         log.info("call_start tool=%s tool_use_id=%s thread=%s", call.name, call.id, call.thread)
         end = await self._execute(event, info, running)
         result = _result_for(event, end)
-        if journal is not None:
-            journal.computed(event, result)
+        await self._journal("computed", event, result)
         return result, end
 
     async def _execute(self, event: dict[str, Any], info: ToolInfo, running: RunningCall) -> ToolEnd:

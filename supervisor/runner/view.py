@@ -125,7 +125,7 @@ class Changes:
 class SessionView:
     """The fold. `require_confirmation` names tools held for a confirmation whatever the server said."""
 
-    require_confirmation: frozenset[str] = frozenset()
+    require_confirmation: Container[str] = frozenset()
     seen_before: Mapping[str, float] = field(default_factory=dict)
     primary_thread_id: str | None = None
     idle_since: float | None = None

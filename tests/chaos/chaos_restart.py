@@ -23,6 +23,7 @@ __all__ = [
     "PROCESS_TIMEOUT_S",
     "RestartPlan",
     "kill_when_ran",
+    "log_path",
     "restart_plan",
     "result_texts",
     "run_restart",
@@ -79,10 +80,18 @@ def restart_plan(seed: int, log: Path) -> RestartPlan:
 
 
 def write_policy(directory: Path) -> Path:
-    """A policy file that lets the chaos tools write their run logs in `directory`."""
+    """A policy file in `directory` that lets the chaos tools write their run logs in `log_path`'s
+    folder (not `directory` itself: the policy file and the journal there are the supervisor's own)."""
     path = directory / "policy.toml"
-    path.write_text(POLICY.format(logdir=str(directory)))
+    path.write_text(POLICY.format(logdir=str(log_path(directory).parent)))
     return path
+
+
+def log_path(directory: Path) -> Path:
+    """Where the chaos tools of a `write_policy(directory)` run log their runs (its folder made)."""
+    logs = directory / "logs"
+    logs.mkdir(exist_ok=True)
+    return logs / "runs.log"
 
 
 def start_supervisor(
@@ -156,7 +165,7 @@ def result_texts(emu: Emulator, sid: str) -> dict[str, list[str]]:
 
 def run_restart(seed: int, tmp: Path) -> tuple[list[str], Counter[str]]:
     """Kill, restart, check; returns the violations and how each call's result came about."""
-    log = tmp / "runs.log"
+    log = log_path(tmp)
     write_policy(tmp)
     plan = restart_plan(seed, log)
     with Emulator(plan.scenario, api_key=API_KEY) as emu:

@@ -12,6 +12,7 @@ from chaos_harness import API_KEY, runs_by_tag
 from chaos_restart import (
     PROCESS_TIMEOUT_S,
     kill_when_ran,
+    log_path,
     result_texts,
     run_restart,
     start_supervisor,
@@ -53,7 +54,7 @@ def _single_call_session(log: Path, tool: str, sleep_s: float = MID_RUN_SLEEP_S)
 @pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])
 def test_a_call_killed_mid_run_is_reported_interrupted_not_rerun(journal: bool, tmp_path: Path) -> None:
     """The control (`--no-journal`) shows what the journal prevents: the restart runs the call again."""
-    log = tmp_path / "runs.log"
+    log = log_path(tmp_path)
     write_policy(tmp_path)
     scenario = _single_call_session(log, "mark")
     with Emulator(scenario, api_key=API_KEY) as emu:
@@ -73,7 +74,7 @@ def test_a_call_killed_mid_run_is_reported_interrupted_not_rerun(journal: bool, 
 
 @pytest.mark.timeout(60)
 def test_a_hanging_tool_dies_with_its_killed_supervisor(tmp_path: Path) -> None:
-    log = tmp_path / "runs.log"
+    log = log_path(tmp_path)
     write_policy(tmp_path)
     scenario = _single_call_session(log, "hang")
     with Emulator(scenario, api_key=API_KEY) as emu:
@@ -84,7 +85,7 @@ def test_a_hanging_tool_dies_with_its_killed_supervisor(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_second_supervisor_on_the_same_session_is_refused(tmp_path: Path) -> None:
-    log = tmp_path / "runs.log"
+    log = log_path(tmp_path)
     write_policy(tmp_path)
     scenario = _single_call_session(log, "mark", HOLD_SLEEP_S)
     with Emulator(scenario, api_key=API_KEY) as emu:

@@ -38,12 +38,15 @@ def _run_cli(
 def run_cli(tmp_path_factory: pytest.TempPathFactory) -> RunCli:
     """`run_cli(*args, env=..., cwd=...)` → CompletedProcess; ANTHROPIC_* is removed unless given.
 
-    The working directory defaults to a fresh one, so the journal `stockade run` keeps in
-    `./.stockade/state` never outlives a test (nor lands in the repository)."""
+    The working directory defaults to a fresh one, and `XDG_STATE_HOME` (where `stockade run` keeps its
+    journal) to a fresh folder beside it, so no journal outlives a test."""
     fresh = tmp_path_factory.mktemp("cwd")
+    state = {"XDG_STATE_HOME": str(tmp_path_factory.mktemp("state"))}
 
-    def run(*args: str, cwd: str | Path | None = None, **kwargs: object) -> subprocess.CompletedProcess[str]:
-        return _run_cli(*args, cwd=cwd or fresh, **kwargs)  # type: ignore[arg-type]
+    def run(
+        *args: str, cwd: str | Path | None = None, env: Mapping[str, str] | None = None, **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
+        return _run_cli(*args, cwd=cwd or fresh, env={**state, **(env or {})}, **kwargs)  # type: ignore[arg-type]
 
     return run
 

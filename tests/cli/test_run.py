@@ -92,7 +92,11 @@ def test_run_interrupted_by_sigint_exits_130(repo_root, tmp_path):
     with Emulator([scenario], api_key=API_KEY) as emu:
         cmd = [sys.executable, "-m", "stockade.supervisor.cli", "run", "sesn_wait", "--tools", BUILTIN_TOOLS]
         proc = subprocess.Popen(
-            cmd, env=_env(emu) | _path_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+            cmd,
+            env=_env(emu) | _path_env() | {"XDG_STATE_HOME": str(tmp_path / "state")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
         )
         try:
             deadline = time.monotonic() + STREAM_OPEN_TIMEOUT_S
