@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from stockade.sandbox.outcome import ToolOutcome, Usage
+from stockade.supervisor.cli.terminal import for_terminal
 from stockade.supervisor.config.policy import PolicyConfig, policy_as_toml
 
 __all__ = [
@@ -19,8 +20,10 @@ __all__ = [
     "check_json",
     "check_table",
     "field_of",
+    "for_terminal",
     "format_usage",
     "outcome_json",
+    "outcome_status",
     "outcome_text",
     "table",
     "to_json_line",
@@ -110,10 +113,14 @@ def _block_text(block: dict[str, Any]) -> str:
 
 
 def outcome_text(outcome: ToolOutcome) -> str:
-    """The call's content for a human, then one status line."""
+    """The call's content for a human, control characters escaped (its status: `outcome_status`)."""
     body = "\n".join(_block_text(block) for block in outcome.content())
-    status = f"[{outcome.kind}{', error' if outcome.is_error else ''}] {format_usage(outcome.usage)}"
-    return f"{body}\n{status}" if body else status
+    return for_terminal(body)
+
+
+def outcome_status(outcome: ToolOutcome) -> str:
+    """The call's one status line: `[completed] 0.12 s wall, 0.05 s cpu, 14.2 MiB peak`."""
+    return f"[{outcome.kind}{', error' if outcome.is_error else ''}] {format_usage(outcome.usage)}"
 
 
 def call_json(record: object) -> dict[str, Any]:
@@ -147,11 +154,12 @@ _NOT_RUN_TEXT = {
 def call_line(call: dict[str, Any]) -> str:
     """One human line for a handled call (from `call_json`)."""
     kind = call["outcome"]
-    name = f"{call['name']:<14} {kind:<10}"
+    name = f"{for_terminal(call['name']):<14} {kind:<10}"
+    call_id = for_terminal(call["tool_use_id"])
     if kind in _NOT_RUN_TEXT:
-        return f"{name} {_NOT_RUN_TEXT[kind]}  {call['tool_use_id']}"
+        return f"{name} {_NOT_RUN_TEXT[kind]}  {call_id}"
     usage = call["usage"]
     peak = f"{usage['max_rss_bytes'] / _MIB:6.1f} MiB" if usage["max_rss_bytes"] else "     - MiB"
     posted = "posted" if call["posted"] else "NOT posted"
     confirmed = " (confirmed)" if call["confirmation"] == "allow" else ""
-    return f"{name} {usage['wall_s']:6.2f} s  {peak}  {posted}{confirmed}  {call['tool_use_id']}"
+    return f"{name} {usage['wall_s']:6.2f} s  {peak}  {posted}{confirmed}  {call_id}"
