@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 from stockade.sandbox.outcome import ToolOutcome, Usage
 from stockade.supervisor.cli.terminal import for_terminal
-from stockade.supervisor.config.policy import PolicyConfig, policy_as_toml
+from stockade.supervisor.config.policy import PolicyConfig, format_duration, policy_as_toml
 
 __all__ = [
     "call_json",
@@ -75,17 +75,27 @@ def check_table(config: PolicyConfig) -> str:
 def _policy_json(config: PolicyConfig, name: str | None) -> dict[str, Any]:
     policy = config.defaults if name is None else config.policy_for(name)
     confirm = config.confirm_default if name is None else config.require_confirmation(name)
-    return {**msgspec.to_builtins(policy), "require_confirmation": confirm}
+    shown = policy_as_toml(policy)
+    if policy.workdir is None:
+        shown["workdir"] = None  # a fresh temporary directory per worker
+    return {**shown, "require_confirmation": confirm}
 
 
-def check_json(config: PolicyConfig) -> dict[str, Any]:
-    """The effective policies as JSON-ready data (ResourcePolicy field names, units in the names)."""
+def check_json(config: PolicyConfig, tool_names: Sequence[str] = ()) -> dict[str, Any]:
+    """The effective policies as JSON-ready data, keyed and spelled as the policy file is: `[defaults]`
+    and every tool (`tool_names`, the tools the references provide, and those the file names)."""
+    run = config.run
     return {
         "source": config.source,
-        "tool_refs": list(config.tool_refs),
-        "run": msgspec.to_builtins(config.run),
+        "run": {
+            "tools": list(run.tools),
+            "max_idle": format_duration(run.max_idle_s),
+            "max_concurrent_calls": "unlimited"
+            if run.max_concurrent_calls is None
+            else run.max_concurrent_calls,
+        },
         "defaults": _policy_json(config, None),
-        "tools": {name: _policy_json(config, name) for name in config.tool_names()},
+        "tools": {name: _policy_json(config, name) for name in sorted({*tool_names, *config.tool_names()})},
         "commands": config.commands,
     }
 

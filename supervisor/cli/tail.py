@@ -112,6 +112,8 @@ def follow(client: httpx.Client, session_id: str, *, history: bool = False) -> I
         for event in _history(client, session_id):
             seen.add(str(event.get("id")))
             yield event
+            if event.get("type") in TERMINAL_TYPES:
+                return  # it already ended: no stream will ever say more
     failures, connected = 0, history
     while True:
         try:

@@ -59,7 +59,7 @@ def test_check_json_gives_merged_policies(run_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     grep = doc["tools"]["grep"]
-    assert grep["memory_bytes"] == 128 << 20 and grep["wall_timeout_s"] == 2.0
+    assert grep["memory"] == "128 MiB" and grep["wall_timeout"] == "2s"  # the TOML keys and units
     assert grep["require_confirmation"] is True and doc["defaults"]["require_confirmation"] is False
 
 
