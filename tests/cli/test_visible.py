@@ -225,6 +225,7 @@ def test_verbosity_levels(tmp_path):
             capture_output=True,
             text=True,
             timeout=LINE_TIMEOUT_S,
+            check=False,
         )
         loud = subprocess.run(
             [
@@ -242,6 +243,7 @@ def test_verbosity_levels(tmp_path):
             capture_output=True,
             text=True,
             timeout=LINE_TIMEOUT_S,
+            check=False,
         )
     assert quiet.returncode == loud.returncode == 0, (quiet.stderr, loud.stderr)
     names = {line.split()[3] for line in quiet.stderr.splitlines() if len(line.split()) > 3}
