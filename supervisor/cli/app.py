@@ -55,8 +55,6 @@ __all__ = [
 
 
 DEFAULT_TOOLS_REF = "stockade.tools.builtin:agent_toolset"
-# `run_call_sync` reports a name that no reference provides as this failure: bad usage, not a tool error.
-UNKNOWN_TOOL_ERROR = "UnknownTool"
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -84,15 +82,6 @@ def load_config(path: str | None) -> PolicyConfig:
 
 def _out(text: str) -> None:
     print(text, flush=True)
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """`stockade check`: validate a policy file and print every tool's effective policy."""
-    from stockade.supervisor.cli import output
-
-    config = load_config(args.file)
-    _out(output.to_json_line(output.check_json(config)) if args.json else output.check_table(config))
-    return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -148,21 +137,10 @@ def cmd_call(args: argparse.Namespace) -> int:
     """`stockade call`: run one tool call in the sandbox, without any API."""
     tool_input = _parse_input(args.input)
     config = load_config(args.policy)
-    from stockade.supervisor.config.policy import COMMAND_TOOLS_REF
-
-    refs = check_refs([*config.tool_refs, *(args.tools or [])])
-    if all(ref == COMMAND_TOOLS_REF for ref in refs):
-        refs.append(DEFAULT_TOOLS_REF)
-    from stockade.sandbox import ToolLoadFailed, run_call_sync
-    from stockade.sandbox.outcome import Failed
     from stockade.supervisor.cli import output
+    from stockade.supervisor.cli.check import call_tool, refs_of
 
-    try:
-        outcome = run_call_sync(args.name, tool_input, refs, policy=config.defaults, policies=config.tools)
-    except ToolLoadFailed as exc:
-        raise UsageError(str(exc)) from None
-    if isinstance(outcome, Failed) and outcome.error_type == UNKNOWN_TOOL_ERROR:
-        raise UsageError(outcome.message)
+    outcome = call_tool(config, refs_of(config, args.tools or []), args.name, tool_input)
     if args.json:
         _out(output.to_json_line(output.outcome_json(outcome)))
     else:
@@ -217,7 +195,9 @@ def _sub(subs: Any, name: str, help_text: str, handler: Handler) -> argparse.Arg
     return parser
 
 
-def _add_tools_policy(parser: argparse.ArgumentParser, positional: str | None) -> None:
+def _add_tools_policy(
+    parser: argparse.ArgumentParser, positional: str | None, *, policy: bool = True
+) -> None:
     parser.add_argument(
         "--tools",
         nargs="+",
@@ -226,6 +206,8 @@ def _add_tools_policy(parser: argparse.ArgumentParser, positional: str | None) -
         metavar="MODULE:ATTR",
         help="tool references (a Tool or a list of Tools); repeatable, or comma-separated",
     )
+    if not policy:
+        return
     parser.add_argument(
         "--policy",
         metavar="FILE",
@@ -280,8 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, metavar="JSON", help="the tool input, a JSON object")
     _add_tools_policy(p, "name")
     p.add_argument("--json", action="store_true", help="print content, is_error, outcome and usage as JSON")
-    p = _sub(subs, "check", "validate a policy file and print the effective policy of every tool", cmd_check)
+    p = _sub(
+        subs,
+        "check",
+        "validate a policy file and print the effective policy of every tool",
+        _handler("stockade.supervisor.cli.check", "cmd_check"),
+    )
     p.add_argument("file", nargs="?", metavar="FILE", help="policy file (default: discovered as for run)")
+    _add_tools_policy(p, "file", policy=False)
     p.add_argument("--json", action="store_true", help="print JSON (the policy file's keys and units)")
     p = _sub(subs, "doctor", "show which isolation layers this host can apply", cmd_doctor)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -60,16 +60,30 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def check_table(config: PolicyConfig) -> str:
-    """The effective policy of `[defaults]` and of every named tool, one column each."""
-    names = config.tool_names()
-    columns = [policy_as_toml(config.defaults), *(policy_as_toml(config.policy_for(n)) for n in names)]
-    confirms = [config.confirm_default, *(config.require_confirmation(n) for n in names)]
+def check_table(config: PolicyConfig, tool_names: Sequence[str] = (), refs: Sequence[str] = ()) -> str:
+    """The effective policy of `[defaults]` and of every tool: a column for each tool whose policy
+    differs from the defaults, and one line naming the tools that have exactly the defaults."""
+    names = sorted({*tool_names, *config.tool_names()})
+    as_defaults = [n for n in names if n not in config.tool_names() or _same_as_defaults(config, n)]
+    own = [n for n in names if n not in as_defaults]
+    columns = [policy_as_toml(config.defaults), *(policy_as_toml(config.policy_for(n)) for n in own)]
+    confirms = [config.confirm_default, *(config.require_confirmation(n) for n in own)]
     rows = [[key, *(_cell(col[key]) for col in columns)] for key in columns[0]]
     rows.append(["require_confirmation", *(_cell(c) for c in confirms)])
-    refs = ", ".join(config.tool_refs) or "(none; pass --tools)"
-    body = table(["field", "defaults", *names], rows)
-    return f"policy file: {config.source}\ntool references: {refs}\n\n{body}"
+    shown_refs = ", ".join(refs or config.tool_refs) or "(none; pass --tools)"
+    body = table(["field", "defaults", *own], rows)
+    plain = ", ".join(as_defaults) or "(none)"
+    return (
+        f"policy file: {config.source}\ntool references: {shown_refs}\n"
+        f"tools with the defaults: {plain}\n\n{body}"
+    )
+
+
+def _same_as_defaults(config: PolicyConfig, name: str) -> bool:
+    return (
+        config.policy_for(name) == config.defaults
+        and config.require_confirmation(name) == config.confirm_default
+    )
 
 
 def _policy_json(config: PolicyConfig, name: str | None) -> dict[str, Any]:
