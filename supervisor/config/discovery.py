@@ -108,6 +108,8 @@ tools = ["stockade.tools.builtin:agent_toolset"]   # MODULE:ATTR, imported only 
 # max_concurrent_calls = 1        # calls of different session threads at once
 
 [defaults]                        # every tool, unless its [tools.NAME] table says otherwise
+worker_lifetime = "thread"        # one worker per session thread: a file one call writes is there for
+                                  # the next ("call": pooled workers, a swept workdir per call)
 # wall_timeout = "30s"            # the call's whole process tree is killed at expiry
 # memory = "512 MiB"
 # max_processes = 64
