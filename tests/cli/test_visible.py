@@ -249,3 +249,40 @@ def test_verbosity_levels(tmp_path):
     names = {line.split()[3] for line in quiet.stderr.splitlines() if len(line.split()) > 3}
     assert names and all(name.startswith("stockade.") for name in names), names
     assert " httpx " in loud.stderr or " anthropic." in loud.stderr
+
+
+@pytest.mark.timeout(60)
+def test_run_keeps_a_live_status_line_on_a_terminal(tmp_path):
+    """stderr a terminal (a pty): the status line names the running call; stdout stays the data."""
+    import pty
+
+    session = {
+        "id": "sesn_tty",
+        "steps": [
+            {"tool_use": "bash", "id": "tu_slow", "input": {"command": "sleep 2; echo ok"}},
+            {"wait": ["tu_slow"], "timeout_s": 20},
+            {"terminate": True},
+        ],
+    }
+    master, slave = pty.openpty()
+    with Emulator([session], api_key=API_KEY) as emu:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stockade.supervisor.cli", "run", "sesn_tty", "--tools", BUILTIN_TOOLS],
+            env={**_base_env(), **_env(emu)},
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            text=True,
+        )
+        os.close(slave)
+        out, _ = proc.communicate(timeout=LINE_TIMEOUT_S)
+    seen = b""
+    try:
+        while chunk := os.read(master, 65536):
+            seen += chunk
+    except OSError:
+        pass  # the pty's other end is closed: everything was read
+    os.close(master)
+    assert proc.returncode == 0, seen
+    assert b"\r\x1b[2K" in seen and b"running: bash" in seen
+    assert "tu_slow" in out and "\x1b" not in out
