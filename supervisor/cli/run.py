@@ -135,6 +135,8 @@ def first_connection(client: Any, session_id: str, *, key_env: str = "ANTHROPIC_
             error: Exception = exc
         except anthropic.APIConnectionError as exc:
             error = exc
+        except anthropic.APIError:
+            return None  # it answered, if oddly (not JSON): the runner copes with what it says
         if attempt < CONNECT_ATTEMPTS:
             print(
                 f"stockade: cannot reach {base_url} (attempt {attempt}/{CONNECT_ATTEMPTS}), retrying",
