@@ -407,6 +407,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return _quiet_broken_pipe()
+    except Exception as exc:  # the last resort: one line, not a traceback (-v shows it)
+        if getattr(args, "verbose", 0):
+            raise
+        print(
+            f"stockade: error: unexpected {type(exc).__name__}: {for_terminal(exc)} "
+            "(run with -v for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("stockade: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
