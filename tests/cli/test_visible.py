@@ -286,3 +286,24 @@ def test_run_keeps_a_live_status_line_on_a_terminal(tmp_path):
     assert proc.returncode == 0, seen
     assert b"\r\x1b[2K" in seen and b"running: bash" in seen
     assert "tu_slow" in out and "\x1b" not in out
+
+
+@pytest.mark.timeout(60)
+def test_a_lost_stream_after_a_good_connection_is_reconnected_and_said(run_cli):
+    session = {
+        "id": "sesn_reset",
+        "faults": [{"stream": "reset", "after_events": 1}],
+        "steps": [
+            {"message": "first"},
+            {"sleep": 0.3},
+            {"tool_use": "bash", "id": "tu_after", "input": {"command": "echo after"}},
+            {"wait": ["tu_after"], "timeout_s": 20},
+            {"terminate": True},
+        ],
+    }
+    with Emulator([session], api_key=API_KEY) as emu:
+        proc = run_cli("run", "sesn_reset", "--tools", BUILTIN_TOOLS, env=_env(emu))
+    assert proc.returncode == 0, proc.stderr
+    assert "stockade: stream lost, reconnecting" in proc.stderr
+    assert "session_read_failed" not in proc.stderr  # said in the CLI's words, once
+    assert "tu_after" in proc.stdout
