@@ -108,6 +108,9 @@ def _import(module_name: str, ref: str) -> Any:
         if exc.name is not None and (module_name + ".").startswith(exc.name + "."):
             raise ToolLoadError(f"tool reference {ref!r}: no module named {module_name!r}") from exc
         raise ToolLoadError(f"tool reference {ref!r}: importing {module_name!r} raised {exc!r}") from exc
+    except SyntaxError as exc:
+        where = f"{exc.filename}:{exc.lineno}:{exc.offset}"
+        raise ToolLoadError(f"tool reference {ref!r}: {where}: {exc.msg}: fix the module's syntax") from exc
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -6,6 +6,7 @@ from stockade.supervisor.errors import SupervisorError
 
 __all__ = [
     "EXIT_API_ERROR",
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_NO_API_KEY",
@@ -20,6 +21,8 @@ EXIT_USAGE = 2
 EXIT_NO_API_KEY = 3
 EXIT_API_ERROR = 4
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""stdout's reader went away (`| head`): 128 + SIGPIPE, as a command killed by it would exit."""
 
 
 class UsageError(SupervisorError):

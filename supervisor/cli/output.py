@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 from stockade.sandbox.outcome import ToolOutcome, Usage
-from stockade.supervisor.config.policy import PolicyConfig, policy_as_toml
+from stockade.supervisor.cli.terminal import for_terminal
+from stockade.supervisor.config.policy import PolicyConfig, format_duration, policy_as_toml
 
 __all__ = [
     "call_json",
@@ -19,8 +20,10 @@ __all__ = [
     "check_json",
     "check_table",
     "field_of",
+    "for_terminal",
     "format_usage",
     "outcome_json",
+    "outcome_status",
     "outcome_text",
     "table",
     "to_json_line",
@@ -57,32 +60,56 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def check_table(config: PolicyConfig) -> str:
-    """The effective policy of `[defaults]` and of every named tool, one column each."""
-    names = config.tool_names()
-    columns = [policy_as_toml(config.defaults), *(policy_as_toml(config.policy_for(n)) for n in names)]
-    confirms = [config.confirm_default, *(config.require_confirmation(n) for n in names)]
+def check_table(config: PolicyConfig, tool_names: Sequence[str] = (), refs: Sequence[str] = ()) -> str:
+    """The effective policy of `[defaults]` and of every tool: a column for each tool whose policy
+    differs from the defaults, and one line naming the tools that have exactly the defaults."""
+    names = sorted({*tool_names, *config.tool_names()})
+    as_defaults = [n for n in names if n not in config.tool_names() or _same_as_defaults(config, n)]
+    own = [n for n in names if n not in as_defaults]
+    columns = [policy_as_toml(config.defaults), *(policy_as_toml(config.policy_for(n)) for n in own)]
+    confirms = [config.confirm_default, *(config.require_confirmation(n) for n in own)]
     rows = [[key, *(_cell(col[key]) for col in columns)] for key in columns[0]]
     rows.append(["require_confirmation", *(_cell(c) for c in confirms)])
-    refs = ", ".join(config.tool_refs) or "(none; pass --tools)"
-    body = table(["field", "defaults", *names], rows)
-    return f"policy file: {config.source}\ntool references: {refs}\n\n{body}"
+    shown_refs = ", ".join(refs or config.tool_refs) or "(none; pass --tools)"
+    body = table(["field", "defaults", *own], rows)
+    plain = ", ".join(as_defaults) or "(none)"
+    return (
+        f"policy file: {config.source}\ntool references: {shown_refs}\n"
+        f"tools with the defaults: {plain}\n\n{body}"
+    )
+
+
+def _same_as_defaults(config: PolicyConfig, name: str) -> bool:
+    return (
+        config.policy_for(name) == config.defaults
+        and config.require_confirmation(name) == config.confirm_default
+    )
 
 
 def _policy_json(config: PolicyConfig, name: str | None) -> dict[str, Any]:
     policy = config.defaults if name is None else config.policy_for(name)
     confirm = config.confirm_default if name is None else config.require_confirmation(name)
-    return {**msgspec.to_builtins(policy), "require_confirmation": confirm}
+    shown = policy_as_toml(policy)
+    if policy.workdir is None:
+        shown["workdir"] = None  # a fresh temporary directory per worker
+    return {**shown, "require_confirmation": confirm}
 
 
-def check_json(config: PolicyConfig) -> dict[str, Any]:
-    """The effective policies as JSON-ready data (ResourcePolicy field names, units in the names)."""
+def check_json(config: PolicyConfig, tool_names: Sequence[str] = ()) -> dict[str, Any]:
+    """The effective policies as JSON-ready data, keyed and spelled as the policy file is: `[defaults]`
+    and every tool (`tool_names`, the tools the references provide, and those the file names)."""
+    run = config.run
     return {
         "source": config.source,
-        "tool_refs": list(config.tool_refs),
-        "run": msgspec.to_builtins(config.run),
+        "run": {
+            "tools": list(run.tools),
+            "max_idle": format_duration(run.max_idle_s),
+            "max_concurrent_calls": "unlimited"
+            if run.max_concurrent_calls is None
+            else run.max_concurrent_calls,
+        },
         "defaults": _policy_json(config, None),
-        "tools": {name: _policy_json(config, name) for name in config.tool_names()},
+        "tools": {name: _policy_json(config, name) for name in sorted({*tool_names, *config.tool_names()})},
         "commands": config.commands,
     }
 
@@ -110,10 +137,14 @@ def _block_text(block: dict[str, Any]) -> str:
 
 
 def outcome_text(outcome: ToolOutcome) -> str:
-    """The call's content for a human, then one status line."""
+    """The call's content for a human, control characters escaped (its status: `outcome_status`)."""
     body = "\n".join(_block_text(block) for block in outcome.content())
-    status = f"[{outcome.kind}{', error' if outcome.is_error else ''}] {format_usage(outcome.usage)}"
-    return f"{body}\n{status}" if body else status
+    return for_terminal(body)
+
+
+def outcome_status(outcome: ToolOutcome) -> str:
+    """The call's one status line: `[completed] 0.12 s wall, 0.05 s cpu, 14.2 MiB peak`."""
+    return f"[{outcome.kind}{', error' if outcome.is_error else ''}] {format_usage(outcome.usage)}"
 
 
 def call_json(record: object) -> dict[str, Any]:
@@ -147,11 +178,12 @@ _NOT_RUN_TEXT = {
 def call_line(call: dict[str, Any]) -> str:
     """One human line for a handled call (from `call_json`)."""
     kind = call["outcome"]
-    name = f"{call['name']:<14} {kind:<10}"
+    name = f"{for_terminal(call['name']):<14} {kind:<10}"
+    call_id = for_terminal(call["tool_use_id"])
     if kind in _NOT_RUN_TEXT:
-        return f"{name} {_NOT_RUN_TEXT[kind]}  {call['tool_use_id']}"
+        return f"{name} {_NOT_RUN_TEXT[kind]}  {call_id}"
     usage = call["usage"]
     peak = f"{usage['max_rss_bytes'] / _MIB:6.1f} MiB" if usage["max_rss_bytes"] else "     - MiB"
     posted = "posted" if call["posted"] else "NOT posted"
     confirmed = " (confirmed)" if call["confirmation"] == "allow" else ""
-    return f"{name} {usage['wall_s']:6.2f} s  {peak}  {posted}{confirmed}  {call['tool_use_id']}"
+    return f"{name} {usage['wall_s']:6.2f} s  {peak}  {posted}{confirmed}  {call_id}"

@@ -6,16 +6,17 @@ Imported only when one of them runs, because `anthropic` is slow to import.
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
 from stockade.supervisor.cli.app import check_refs, load_config
+from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
@@ -23,20 +24,21 @@ from stockade.supervisor.cli.exits import (
     EXIT_OK,
     UsageError,
 )
+from stockade.supervisor.cli.logs import Tap, setup_logging
 from stockade.supervisor.cli.report import CallReporter
 from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
 
-__all__ = ["cmd_emulator", "cmd_run", "make_runner", "run_session"]
-
-log = logging.getLogger("stockade.cli")
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+__all__ = [
+    "api_error_message",
+    "bundled_scenarios",
+    "cmd_emulator",
+    "cmd_run",
+    "confirmation_warning",
+    "first_connection",
+    "load_scenario",
+    "make_runner",
+    "run_session",
+]
 
 
 @contextmanager
@@ -69,7 +71,8 @@ def make_runner(
     state_dir: str | None = None,
 ) -> Any:
     """A SessionRunner for `session_id` with `config`'s runner arguments (`config.runner_args`), the
-    extra tool references `refs` and the given callbacks; flags given (not None) win over `[run]`."""
+    extra tool references `refs` and the given callbacks; `max_idle_s` / `max_concurrent_calls` are
+    the values to run with (flags over `[run]`, resolved by the caller; None: unlimited)."""
     from stockade.supervisor import SessionRunner
     from stockade.supervisor.config.exposure import refuse_exposed
     from stockade.supervisor.config.runner_args import runner_args
@@ -77,9 +80,8 @@ def make_runner(
     if state_dir is not None:
         refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: not the default load checked
 
-    args = runner_args(
-        config, extra_tools=refs, max_idle_s=max_idle_s, max_concurrent_calls=max_concurrent_calls
-    )
+    args = runner_args(config, extra_tools=refs)
+    args["max_idle"], args["max_concurrent_calls"] = max_idle_s, max_concurrent_calls
     return SessionRunner(
         client=client, session_id=session_id, on_call=on_call, on_event=on_event, state_dir=state_dir, **args
     )
@@ -93,39 +95,130 @@ def state_dir_of(args: argparse.Namespace) -> str | None:
     return None if args.no_journal else (args.state_dir or str(default_state_dir()))
 
 
-def run_session(runner: Any, reporter: CallReporter) -> int:
+CONNECT_ATTEMPTS = 5
+"""Attempts to reach the API before the first good connection; then `stockade run` gives up (exit 4)."""
+CONNECT_BACKOFF_S = 0.5
+# Records the CLI prints in its own words (`logs.Tap`), so they are left out of stderr without -v.
+_TAPPED = ("call_held", "session_read_failed", "session_read_refused")
+
+
+def api_error_message(exc: Exception, *, session_id: str, base_url: str, key_env: str) -> str:
+    """What went wrong talking to the API, and what to do about it, in one line."""
+    import anthropic
+
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        if status == 404:
+            return f"no session {session_id!r} at {base_url} (404): check the session id"
+        if status in (401, 403):
+            return f"the API at {base_url} refused the key ({status}): check {key_env}"
+        return f"the API at {base_url} refused the session ({status}): {exc.message}"
+    return (
+        f"cannot reach the API at {base_url} ({type(exc).__name__}): check ANTHROPIC_BASE_URL and the network"
+    )
+
+
+def first_connection(client: Any, session_id: str, *, key_env: str = "ANTHROPIC_API_KEY") -> str | None:
+    """Retrieve the session once, retrying a failed connection `CONNECT_ATTEMPTS` times: None if it
+    worked, else the one-line error to print. Only before the first success is the number bounded."""
+    import anthropic
+
+    base_url = str(client.base_url).rstrip("/")
+    once = client.with_options(max_retries=0)
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            once.beta.sessions.retrieve(session_id)
+            return None
+        except anthropic.APIStatusError as exc:
+            if exc.status_code < 500 and exc.status_code not in (408, 409, 429):
+                return api_error_message(exc, session_id=session_id, base_url=base_url, key_env=key_env)
+            error: Exception = exc
+        except anthropic.APIConnectionError as exc:
+            error = exc
+        except anthropic.APIError:
+            return None  # it answered, if oddly (not JSON): the runner copes with what it says
+        if attempt < CONNECT_ATTEMPTS:
+            print(
+                f"stockade: cannot reach {base_url} (attempt {attempt}/{CONNECT_ATTEMPTS}), retrying",
+                file=sys.stderr,
+                flush=True,
+            )
+            time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1))
+    message = api_error_message(error, session_id=session_id, base_url=base_url, key_env=key_env)
+    return f"{message} (gave up after {CONNECT_ATTEMPTS} attempts)"
+
+
+def _on_record(reporter: CallReporter) -> Callable[[str, dict[str, str]], None]:
+    def on_record(event: str, fields: dict[str, str]) -> None:
+        if event == "call_held":
+            reporter.on_held(fields.get("tool", "?"), fields.get("tool_use_id", "?"))
+        elif event == "session_read_failed":
+            reporter.on_reconnect(f"retrying in {fields.get('backoff_s', '?')} s")
+
+    return on_record
+
+
+def run_session(runner: Any, reporter: CallReporter, *, base_url: str = "the API") -> int:
     """Run to the end (the runner turns SIGINT/SIGTERM into a clean abort); map the end to an exit code."""
     import anthropic
     from stockade.sandbox import ToolLoadFailed
     from stockade.supervisor.runner.journal import JournalError
 
-    with reporter.live_status():
+    with Tap(_TAPPED, _on_record(reporter)), reporter.live_status():
         try:
             ended = runner.run()
         except (ToolLoadFailed, JournalError) as exc:
             raise UsageError(str(exc)) from None
         except anthropic.APIStatusError as exc:
-            reporter.error(f"the API refused the session: {exc.status_code} {exc.message}")
+            reporter.error(
+                api_error_message(
+                    exc, session_id=runner.session_id, base_url=base_url, key_env="ANTHROPIC_API_KEY"
+                )
+            )
             return EXIT_API_ERROR
     reporter.summary(ended)
     return EXIT_INTERRUPTED if ended.reason == "aborted" else EXIT_OK
+
+
+def confirmation_warning(config: PolicyConfig) -> str | None:
+    """A warning naming the tools whose calls the policy holds for confirmation, if any."""
+    if config.confirm_default:
+        return (
+            f"every tool's calls wait for a user.tool_confirmation 'allow' ([defaults] require_confirmation "
+            f"in {config.source})"
+        )
+    names = [name for name in config.tool_names() if config.require_confirmation(name)]
+    if not names:
+        return None
+    return (
+        f"calls of {', '.join(names)} wait for a user.tool_confirmation 'allow' "
+        f"(require_confirmation in {config.source})"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """`stockade run SESSION_ID`: serve the session's tool calls until it ends."""
     settings = ApiSettings.from_env()
     if settings.api_key is None:
-        print("stockade: error: ANTHROPIC_API_KEY is not set", file=sys.stderr)
+        print(
+            "stockade: error: ANTHROPIC_API_KEY is not set: export the key of the session's workspace",
+            file=sys.stderr,
+        )
         return EXIT_NO_API_KEY
     config = load_config(args.policy)
     refs = check_refs(args.tools or [])
     if not [*config.tool_refs, *refs]:
         raise UsageError("no tools to serve: pass --tools MODULE:ATTR or set [run] tools in the policy file")
-    _setup_logging(args.verbose)
+    setup_logging(args.verbose, printed_by_cli=_TAPPED)
     import anthropic
 
     client = anthropic.Anthropic(api_key=settings.api_key, base_url=settings.base_url)
-    reporter = CallReporter(json_lines=args.json, stream=sys.stdout)
+    reporter = CallReporter(json_lines=args.json, stream=sys.stdout, status=sys.stderr)
+    if (warning := confirmation_warning(config)) is not None:
+        print(f"stockade: warning: {warning}", file=sys.stderr, flush=True)
+    if (problem := first_connection(client, args.session_id)) is not None:
+        reporter.error(problem)
+        return EXIT_API_ERROR
     runner = make_runner(
         client,
         args.session_id,
@@ -133,25 +226,53 @@ def cmd_run(args: argparse.Namespace) -> int:
         config,
         on_call=reporter.on_call,
         on_event=reporter.on_event,
-        max_idle_s=args.max_idle,
-        max_concurrent_calls=args.max_concurrent_calls,
+        max_idle_s=given(args.max_idle, config.run.max_idle_s),
+        max_concurrent_calls=given(args.max_concurrent_calls, config.run.max_concurrent_calls),
         state_dir=state_dir_of(args),
     )
-    return run_session(runner, reporter)
+    return run_session(runner, reporter, base_url=str(client.base_url).rstrip("/"))
 
 
-def cmd_emulator(args: argparse.Namespace) -> int:
-    """`stockade emulator --scenario FILE`: serve a scripted session in the foreground until a signal."""
-    from stockade.emulator import Emulator, Scenario, ScenarioError, serve
+def bundled_scenarios() -> dict[str, Any]:
+    """The scenarios shipped with the emulator, by name (`demo` for `scenarios/demo.toml`)."""
+    from importlib import resources
 
+    folder = resources.files("stockade.emulator").joinpath("scenarios")
+    return {entry.name.rsplit(".", 1)[0]: entry for entry in folder.iterdir() if entry.name.endswith(".toml")}
+
+
+def load_scenario(name_or_path: str) -> Any:
+    """A bundled scenario by name, else the scenario file at the path; a UsageError lists the names."""
+    import tomllib
+    from pathlib import Path
+
+    from stockade.emulator import Scenario, ScenarioError
+
+    bundled = bundled_scenarios()
     try:
-        scenario = Scenario.load(args.scenario)
+        if name_or_path in bundled and not Path(name_or_path).exists():
+            return Scenario.from_dict(tomllib.loads(bundled[name_or_path].read_text(encoding="utf-8")))
+        if not Path(name_or_path).exists():
+            names = ", ".join(sorted(bundled)) or "none"
+            raise UsageError(
+                f"no scenario {name_or_path!r}: pass a scenario file or a bundled scenario's name ({names})"
+            )
+        return Scenario.load(name_or_path)
     except ScenarioError as exc:
         raise UsageError(str(exc)) from None
 
+
+def cmd_emulator(args: argparse.Namespace) -> int:
+    """`stockade emulator --scenario NAME|FILE`: serve a scripted session in the foreground until a signal."""
+    from stockade.emulator import Emulator, serve
+
+    scenario = load_scenario(args.scenario)
+
     def ready(emulator: Emulator) -> None:
-        print(f"emulator listening on {emulator.base_url} (session {scenario.session_id or 'generated'})")
-        print(f"  export ANTHROPIC_BASE_URL={emulator.base_url}", flush=True)
+        session = scenario.session_id or "generated"
+        print(f"emulator listening on {emulator.base_url} (session {session}); any API key is accepted")
+        print(f"  export ANTHROPIC_BASE_URL={emulator.base_url}")
+        print("  export ANTHROPIC_API_KEY=sk-ant-local   # any non-empty key", flush=True)
 
     stop = threading.Event()
     with on_stop_signals(stop.set):

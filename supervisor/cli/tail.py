@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, connect_sse
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_INTERRUPTED, EXIT_NO_API_KEY, EXIT_OK
+from stockade.supervisor.cli.terminal import for_terminal
 from stockade.supervisor.config.policy import ApiSettings
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.defaults import HISTORY_PAGE_LIMIT
@@ -35,8 +36,20 @@ RECONNECT_CAP_S = 10.0
 TERMINAL_TYPES = frozenset({"session.status_terminated", "session.deleted"})
 
 
+CONNECT_ATTEMPTS = 5
+"""Failed attempts before the first good connection after which `tail` gives up (exit 4)."""
+
+
 class PermanentError(SupervisorError):
     """The API refused the request with a status that retrying cannot fix."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Unreachable(SupervisorError):
+    """The API could not be reached in `CONNECT_ATTEMPTS` attempts, and never had been."""
 
 
 def format_event(event: dict[str, Any]) -> str:
@@ -64,7 +77,7 @@ def _check(response: httpx.Response) -> None:
     status = response.status_code
     if 400 <= status < 500 and status not in (408, 409, 429):
         response.read()
-        raise PermanentError(f"{status} {response.text[:300]}")
+        raise PermanentError(f"{status} {response.text[:300]}", status)
     response.raise_for_status()
 
 
@@ -99,19 +112,24 @@ def follow(client: httpx.Client, session_id: str, *, history: bool = False) -> I
         for event in _history(client, session_id):
             seen.add(str(event.get("id")))
             yield event
-    failures = 0
+            if event.get("type") in TERMINAL_TYPES:
+                return  # it already ended: no stream will ever say more
+    failures, connected = 0, history
     while True:
         try:
             for event in _stream(client, session_id):
-                failures = 0
+                failures, connected = 0, True
                 if str(event.get("id")) in seen:
                     continue
                 seen.add(str(event.get("id")))
                 yield event
                 if event.get("type") in TERMINAL_TYPES:
                     return
-        except (httpx.HTTPError, SSEError, ValueError):
-            pass  # a dropped, broken or stalled stream: reopen it
+        except (httpx.HTTPError, SSEError, ValueError) as exc:
+            # A dropped, broken or stalled stream: reopen it; but a server never reached is given up on.
+            if not connected and failures + 1 >= CONNECT_ATTEMPTS:
+                raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+            print(f"stockade: stream lost ({type(exc).__name__}), reconnecting", file=sys.stderr, flush=True)
         time.sleep(jitter_s(backoff_s(failures, cap_s=RECONNECT_CAP_S, base_s=0.5)))
         failures += 1
 
@@ -120,18 +138,40 @@ def cmd_tail(args: argparse.Namespace) -> int:
     """`stockade tail SESSION_ID [--history] [--json]`."""
     settings = ApiSettings.from_env()
     if settings.api_key is None:
-        print("stockade: error: ANTHROPIC_API_KEY is not set", file=sys.stderr)
+        print(
+            "stockade: error: ANTHROPIC_API_KEY is not set: export the key of the session's workspace",
+            file=sys.stderr,
+        )
         return EXIT_NO_API_KEY
     timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
     base_url = settings.base_url or DEFAULT_BASE_URL
     with httpx.Client(base_url=base_url, headers=_headers(settings.api_key), timeout=timeout) as client:
         try:
             for event in follow(client, args.session_id, history=args.history):
-                line = json.dumps(event, separators=(",", ":")) if args.json else format_event(event)
+                line = (
+                    json.dumps(event, separators=(",", ":"))
+                    if args.json
+                    else for_terminal(format_event(event))
+                )
                 print(line, flush=True)
         except PermanentError as exc:
-            print(f"stockade: error: the API refused the session: {exc}", file=sys.stderr)
+            print(f"stockade: error: {_refusal(exc, args.session_id, base_url)}", file=sys.stderr)
+            return EXIT_API_ERROR
+        except (Unreachable, httpx.HTTPError) as exc:
+            print(
+                f"stockade: error: cannot reach the API at {base_url} ({exc}): check ANTHROPIC_BASE_URL "
+                "and the network",
+                file=sys.stderr,
+            )
             return EXIT_API_ERROR
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _refusal(exc: PermanentError, session_id: str, base_url: str) -> str:
+    if exc.status == 404:
+        return f"no session {session_id!r} at {base_url} (404): check the session id"
+    if exc.status in (401, 403):
+        return f"the API at {base_url} refused the key ({exc.status}): check ANTHROPIC_API_KEY"
+    return f"the API at {base_url} refused the session: {for_terminal(exc)}"

@@ -76,7 +76,7 @@ def test_call_of_a_custom_tool_with_human_output(run_cli):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "3 words, 1 lines, 5 characters"
-    assert proc.stdout.splitlines()[-1].startswith("[completed]")
+    assert proc.stderr.splitlines()[-1].startswith("[completed]")  # the status line: stderr
 
 
 def test_call_that_hangs_times_out_under_the_policy(run_cli, tmp_path):

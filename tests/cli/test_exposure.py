@@ -78,3 +78,18 @@ def test_loading_command_tools_leaves_the_environment_alone(tmp_path: Path) -> N
     outcome = run_call_sync("upper", {"text": "shout"}, config.tool_refs, config.defaults, config.tools)
     assert outcome.kind == "completed", outcome
     assert "SHOUT" in str(outcome.content)
+
+
+def test_a_pyproject_table_is_refused_like_a_policy_file(tmp_path: Path) -> None:
+    # Found by discovery in pyproject.toml: a workdir holding the current directory is refused too.
+    (tmp_path / "pyproject.toml").write_text(f'[tool.stockade.defaults]\nworkdir = "{tmp_path}"\n')
+    from stockade.supervisor.config.discovery import discover_policy
+    from stockade.supervisor.config.policy import ConfigError
+
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="workdir"):
+            discover_policy(None)
+    finally:
+        os.chdir(old)
