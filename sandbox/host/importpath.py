@@ -68,7 +68,8 @@ class ImportFolder:
         self.sources = [p for p in (os.path.realpath(s) for s in sources) if not _inside(p, roots)]
         self.path = tempfile.mkdtemp(prefix="stockade-imports-")
         os.chmod(self.path, IMPORT_FOLDER_MODE)
-        self._copied: set[str] = set()
+        self._copied: dict[str, Path] = {}
+        """Each copy's path under the folder, and the file or package it was copied from."""
         self._seen: set[str] = set()
 
     def add(self, refs: Iterable[str]) -> None:
@@ -106,7 +107,14 @@ class ImportFolder:
             shutil.copytree(source, target, symlinks=True, ignore=_IGNORED, dirs_exist_ok=True)
         else:
             shutil.copy2(source, target)
-        self._copied.add(rel)
+        self._copied[rel] = source
+
+    def original(self, text: str) -> str:
+        """`text` (a worker's load error) with each copy's path put back as the user's own file, so a
+        `file:line:col` points at what the user edits, not at the private copy."""
+        for rel, source in self._copied.items():
+            text = text.replace(os.path.join(self.path, rel), str(source))
+        return text
 
     def close(self) -> None:
         """Remove the folder (idempotent)."""

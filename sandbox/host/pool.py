@@ -424,6 +424,8 @@ class Sandbox:
             error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
             return await self._abnormal_end(worker, request.name, error, started)
         worker.worker_cpu_s = reply.usage.worker_cpu_s
+        if isinstance(reply, ToolFailed) and reply.error_type == LOAD_ERROR_TYPE:
+            reply = msgspec.structs.replace(reply, message=self._imports.original(reply.message))
         return reply_outcome(worker, request.name, reply, started)
 
     async def _abnormal_end(
@@ -465,7 +467,7 @@ class Sandbox:
             raise ToolLoadFailed(f"describing {list(refs)} failed: unexpected {type(reply).__name__}")
         await self._discard(worker, 0.0)
         if reply.error is not None:
-            raise ToolLoadFailed(reply.error)
+            raise ToolLoadFailed(self._imports.original(reply.error))
         for info in reply.tools:
             self._note_ref(self.policy_for(info.name), info.ref)
             self._ref_of[info.name] = info.ref

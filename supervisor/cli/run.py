@@ -74,11 +74,7 @@ def make_runner(
     extra tool references `refs` and the given callbacks; `max_idle_s` / `max_concurrent_calls` are
     the values to run with (flags over `[run]`, resolved by the caller; None: unlimited)."""
     from stockade.supervisor import SessionRunner
-    from stockade.supervisor.config.exposure import refuse_exposed
     from stockade.supervisor.config.runner_args import runner_args
-
-    if state_dir is not None:
-        refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: not the default load checked
 
     args = runner_args(config, extra_tools=refs)
     args["max_idle"], args["max_concurrent_calls"] = max_idle_s, max_concurrent_calls
@@ -209,6 +205,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     refs = check_refs(args.tools or [])
     if not [*config.tool_refs, *refs]:
         raise UsageError("no tools to serve: pass --tools MODULE:ATTR or set [run] tools in the policy file")
+    if (state_dir := state_dir_of(args)) is not None:
+        from stockade.supervisor.config.exposure import refuse_exposed
+
+        refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: the load checked the default one
     setup_logging(args.verbose, printed_by_cli=_TAPPED)
     import anthropic
 

@@ -164,7 +164,7 @@ def test_check_shows_every_tool_the_references_provide(run_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     tools = json.loads(proc.stdout)["tools"]
     assert {"bash", "read", "word_count", "hang"} <= set(tools)
-    assert tools["word_count"]["wall_timeout"] == "30s"
+    assert tools["word_count"]["wall_timeout"] == "325s"  # the SDK's call budget
     text = run_cli("check", "--tools", "stockade.tools.demo:demo_tools", cwd=tmp_path).stdout
     assert "tools with the defaults:" in text and "word_count" in text
 
@@ -185,7 +185,8 @@ def test_a_syntax_error_in_a_tool_module_is_file_line_col(run_cli, tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="workers run as the supervisor's own uid without root")
-def test_a_module_the_sandbox_user_cannot_read_says_so(run_cli, tmp_path):
+def test_a_module_in_a_folder_the_sandbox_user_cannot_read_still_runs(run_cli, tmp_path):
+    # The supervisor hands workers a private, readable copy of just the referenced module.
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     source = "from stockade.tools import tool\n\n@tool\ndef shout(text: str) -> str:\n    'Shout.'\n"
@@ -193,5 +194,4 @@ def test_a_module_the_sandbox_user_cannot_read_says_so(run_cli, tmp_path):
     proc = run_cli(
         "call", "shout", "--input", '{"text": "a"}', "--tools", "mytools_private:shout", cwd=private
     )
-    assert proc.returncode == 2
-    assert "the sandbox user cannot read it" in proc.stderr and "chmod o+rX" in proc.stderr
+    assert proc.returncode == 0, proc.stderr

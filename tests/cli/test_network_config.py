@@ -17,7 +17,7 @@ def _policy(tmp_path, body: str):
 def test_check_accepts_and_shows_allow_hosts(run_cli, tmp_path):
     hosts = '["api.github.com", "*.example.org:443", "10.0.0.5:8080", "[::1]:80"]'
     path = _policy(
-        tmp_path, f'[tools.fetch]\nnetwork = "allowlist"\nallow_hosts = {hosts}\nnetwork_bytes = "8 MiB"\n'
+        tmp_path, f'[tools.bash]\nnetwork = "allowlist"\nallow_hosts = {hosts}\nnetwork_bytes = "8 MiB"\n'
     )
     proc = run_cli("check", str(path), "--json")
     assert proc.returncode == 0, proc.stderr
@@ -38,11 +38,11 @@ def test_check_accepts_and_shows_allow_hosts(run_cli, tmp_path):
 )
 def test_check_rejects_a_bad_pattern_naming_field_and_value(run_cli, tmp_path, value, why):
     path = _policy(
-        tmp_path, f'[tools.fetch]\nnetwork = "allowlist"\nallow_hosts = ["ok.example.org", "{value}"]\n'
+        tmp_path, f'[tools.bash]\nnetwork = "allowlist"\nallow_hosts = ["ok.example.org", "{value}"]\n'
     )
     proc = run_cli("check", str(path))
     assert proc.returncode == 2
-    assert "table [tools.fetch], field 'allow_hosts'" in proc.stderr
+    assert "table [tools.bash], field 'allow_hosts'" in proc.stderr
     assert json.dumps(value) in proc.stderr and why in proc.stderr
 
 
