@@ -221,7 +221,8 @@ def test_stockade_call_prints_an_unsendable_result_as_an_error(name: str) -> Non
     args += ["--tools", f"sv_tools:{name}"]
     proc = subprocess.run(args, env=env, cwd=HERE, capture_output=True, text=True, timeout=45, check=False)
     assert "Traceback" not in proc.stderr, proc.stderr
-    assert "cannot be sent as JSON" in proc.stdout and "[failed, error]" in proc.stdout
+    assert "cannot be sent as JSON" in proc.stdout  # the content is the data: stdout
+    assert "[failed, error]" in proc.stderr  # the status line goes to stderr
 
 
 def test_a_tool_raising_system_exit_is_an_error_result_where_the_sdk_runner_dies(emulator: Emulator) -> None:
