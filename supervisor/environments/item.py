@@ -204,7 +204,8 @@ class ServedItem:
         if not settings.skills and settings.memory_sync_interval_s is None:
             return
         session = await self._client.beta.sessions.retrieve(self.session_id)
-        self._workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # The mode the sandbox itself would make it with: a worker's slot uid must reach it.
+        self._workdir.mkdir(parents=True, exist_ok=True, mode=0o755)
         if settings.skills:
             await download_skills(self._client, session, self._workdir)
         if settings.memory_sync_interval_s is None or not attached_stores(session):

@@ -1,0 +1,199 @@
+"""`stockade serve` with skills and memory stores: a real serve process, real sandboxed workers, the
+emulator's skills and memory endpoints over loopback."""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stockade.emulator import Emulator
+
+ENV_ID = "env_memory"
+EXIT_TIMEOUT_S = 20.0
+
+# Finds a store folder where either worker put it: the SDK under `{workdir}/memory/<name>`,
+# stockade beside the workdir in `{work_id}.memory/<name>` (so read-only really is read-only).
+_FIND = (
+    'm() { for d in "$PWD/memory/$1" "$PWD"/../*.memory/"$1"; do [ -d "$d" ] && echo "$d" && return; done; }'
+)
+
+COMMAND = "; ".join(
+    [
+        _FIND,
+        "N=$(m notes); R=$(m ref)",
+        "cat skills/pdf/SKILL.md; echo",
+        "cat skills/helper/SKILL.md; echo",
+        "ls skills",
+        "echo edited-a > $N/a.md",
+        "echo conflict-local > $N/c.md",
+        "rm $N/b.md",
+        "mkdir -p $N/sub && echo new > $N/sub/new.md",
+        "(echo tampered > $R/r.md) 2>/dev/null && echo ro-written || echo ro-refused",
+        "(echo outside > $N/../outside.md) 2>/dev/null; echo outside > $PWD/stray.md",
+        "ln -s /etc/hostname $N/leak.md",
+    ]
+)
+
+
+def _hostile_archive() -> str:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tf:
+        for name in ("evil/SKILL.md", "../../escaped.md"):
+            info = tarfile.TarInfo(name)
+            info.size = 4
+            tf.addfile(info, io.BytesIO(b"evil"))
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def scenario(sid: str) -> dict[str, Any]:
+    """The session (see the module docstring); the test edits `c.md` on the server during the sleep."""
+    return {
+        "id": sid,
+        "skills": [
+            {"skill_id": "skill_pdf", "name": "pdf", "files": {"SKILL.md": "pdf-skill"}},
+            {"skill_id": "skill_evil", "name": "evil", "archive_b64": _hostile_archive()},
+            {"skill_id": "skill_helper", "name": "helper", "files": {"SKILL.md": "helper"}, "subagent": True},
+        ],
+        "memory_stores": [
+            {
+                "memory_store_id": f"memstore_{sid}",
+                "name": "notes",
+                "memories": {"/a.md": "alpha\n", "/b.md": "beta\n", "/c.md": "gamma\n"},
+            },
+            {
+                "memory_store_id": f"memstore_ro_{sid}",
+                "name": "ref",
+                "access": "read_only",
+                "memories": {"/r.md": "reference\n"},
+            },
+        ],
+        "steps": [
+            {"running": True},
+            {"tool_use": "bash", "id": f"tu_{sid}", "input": {"command": COMMAND}},
+            {"wait": [f"tu_{sid}"], "timeout_s": 30},
+            {"sleep": 1.5},
+            {"terminate": True},
+        ],
+    }
+
+
+def expected_notes(deletions: str) -> dict[str, str]:
+    """The writable store on the server afterwards: a edited, c the server's (conflict), sub/new created."""
+    notes = {"/a.md": "edited-a\n", "/c.md": "server-c\n", "/sub/new.md": "new\n"}
+    if deletions != "enabled":
+        notes["/b.md"] = "beta\n"
+    return notes
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """The serve workdir root: a fresh /tmp folder, as `stockade serve` makes by default."""
+    path = Path(tempfile.mkdtemp(prefix="stockade-memtest-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def emu() -> Iterator[Emulator]:
+    with Emulator(api_key=None) as emulator:
+        yield emulator
+
+
+def _serve(
+    emu: Emulator, root: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    environ = {**os.environ, "ANTHROPIC_ENVIRONMENT_KEY": "env-key", "ANTHROPIC_BASE_URL": emu.base_url}
+    environ.pop("ANTHROPIC_API_KEY", None)
+    environ.update(env or {})
+    argv = [sys.executable, "-m", "stockade.supervisor", "serve", "-v", "--workdir", str(root), *extra]
+    argv += ["--tools", "stockade.tools.builtin:agent_toolset", "--max-idle", "5"]
+    return subprocess.Popen(argv, cwd=root.parent, env=environ, stderr=subprocess.PIPE, text=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"serve did not exit after SIGTERM:\n{err}")
+    assert proc.returncode == 0, err
+    return err
+
+
+def run_with_emulator(emu: Emulator, sid: str, root: Path, *extra: str) -> tuple[str, str]:
+    """Serve the shared scenario; edit `c.md` on the server once the call's result is in. (output, logs)"""
+    (item,) = emu.add_environment(ENV_ID, [scenario(sid)])
+    proc = _serve(emu, root, "--environment-id", ENV_ID, *extra)
+    try:
+        posted = emu.wait_for_posted(sid, 1, 30)
+        emu.resources.put(f"memstore_{sid}", "/c.md", "server-c\n")
+        assert emu.work.wait_until(lambda: emu.work.item(item.id).state == "stopped", 30)
+    finally:
+        err = _stop(proc)
+    return _text(posted[0]), err
+
+
+def _text(event: dict[str, Any]) -> str:
+    return "".join(block.get("text", "") for block in event["content"])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("deletions", ["enabled", "log_only", "disabled"])
+def test_skills_and_memory_stores_round_trip(emu: Emulator, root: Path, deletions: str) -> None:
+    sid = f"sesn_mem_{deletions}"
+    output, logs = run_with_emulator(emu, sid, root, "--memory-sync-deletions", deletions)
+    # Skills: unpacked before the call, the subagent's too; the hostile archive refused, not blocking.
+    assert "pdf-skill" in output and "helper" in output, output
+    assert "evil" not in output.split("ls skills")[-1] or "skill_failed" in logs
+    assert "skill_failed skill_id=skill_evil" in logs
+    assert not (root / "escaped.md").exists() and not (root.parent / "escaped.md").exists()
+    # The read-only store is read-only in the kernel, not just never pushed.
+    assert "ro-refused" in output, output
+    assert emu.resources.store(f"memstore_{sid}").contents() == expected_notes(deletions)
+    assert emu.resources.store(f"memstore_ro_{sid}").contents() == {"/r.md": "reference\n"}
+    # Nothing outside the folders, and no symlink target, reached the server.
+    assert "memory_conflict" in logs
+    # Everything a session had on disk is gone afterwards.
+    assert sorted(os.listdir(root)) == []
+
+
+@pytest.mark.timeout(60)
+def test_no_skills_and_no_memory(emu: Emulator, root: Path) -> None:
+    sid = "sesn_mem_off"
+    output, _ = run_with_emulator(emu, sid, root, "--no-skills", "--memory-sync-interval", "off")
+    assert "pdf-skill" not in output, output
+    assert "ro-" in output, output
+    assert emu.resources.store(f"memstore_{sid}").contents() == {
+        "/a.md": "alpha\n",
+        "/b.md": "beta\n",
+        "/c.md": "server-c\n",
+    }
+    assert not emu.requests(endpoint="memory_list")
+
+
+@pytest.mark.timeout(60)
+def test_failing_memory_endpoint_fails_the_item_clearly(emu: Emulator, root: Path) -> None:
+    sid = "sesn_mem_fault"
+    spec = scenario(sid)
+    spec["faults"] = [{"on": "memory_list", "status": 400, "times": "always"}]
+    (item,) = emu.add_environment(ENV_ID, [spec])
+    proc = _serve(emu, root, "--environment-id", ENV_ID)
+    try:
+        assert emu.work.wait_until(lambda: emu.work.item(item.id).state == "stopped", 30)
+    finally:
+        logs = _stop(proc)
+    assert "item_resources_failed" in logs
+    assert not [e for e in emu.posted_events(sid) if e["type"] == "user.tool_result"]
