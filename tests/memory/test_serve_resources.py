@@ -3,6 +3,7 @@ emulator's skills and memory endpoints over loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import os
@@ -197,3 +198,55 @@ def test_failing_memory_endpoint_fails_the_item_clearly(emu: Emulator, root: Pat
         logs = _stop(proc)
     assert "item_resources_failed" in logs
     assert not [e for e in emu.posted_events(sid) if e["type"] == "user.tool_result"]
+
+
+def _run_sdk_worker(emu: Emulator, sid: str, workdir: Path, deletions: str) -> str:
+    """The SDK's environment worker on the same scenario; returns the posted result's text."""
+    import anthropic
+
+    (item,) = emu.add_environment(ENV_ID, [scenario(sid)])
+
+    async def main() -> None:
+        client = anthropic.AsyncAnthropic(api_key="unused", base_url=emu.base_url)
+        worker = client.beta.environments.work.worker(
+            environment_id=ENV_ID,
+            environment_key="env-key",
+            workdir=workdir,
+            max_idle=5,
+            memory_sync_deletions=deletions,  # type: ignore[arg-type]
+        )
+        task = asyncio.create_task(worker.run())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 40
+        edited = False
+        while loop.time() < deadline and emu.work.item(item.id).state != "stopped":
+            if not edited and emu.posted_events(sid):
+                emu.resources.put(f"memstore_{sid}", "/c.md", "server-c\n")
+                edited = True
+            await asyncio.sleep(0.02)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.close()
+
+    asyncio.run(main())
+    return _text(emu.posted_events(sid)[0])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("deletions", ["enabled", "log_only", "disabled"])
+def test_differential_against_the_sdk_worker(
+    emu: Emulator, root: Path, tmp_path: Path, deletions: str
+) -> None:
+    ours, _ = run_with_emulator(emu, f"sesn_ours_{deletions}", root, "--memory-sync-deletions", deletions)
+    sdk_dir = tmp_path / "sdk"
+    sdk_dir.mkdir()
+    theirs = _run_sdk_worker(emu, f"sesn_sdk_{deletions}", sdk_dir, deletions)
+    # The SDK's bash is not sandboxed: it can write the read-only store's folder (and never pushes it);
+    # stockade's kernel refuses the write. Everything else in the result is the same.
+    assert "pdf-skill" in ours and "ro-refused" in ours, ours
+    assert ours.replace("ro-refused", "ro-?") == theirs.replace("ro-written", "ro-?"), (ours, theirs)
+    for prefix in ("memstore_", "memstore_ro_"):
+        mine = emu.resources.store(f"{prefix}sesn_ours_{deletions}").contents()
+        sdk = emu.resources.store(f"{prefix}sesn_sdk_{deletions}").contents()
+        assert mine == sdk, (prefix, mine, sdk)
+    assert emu.resources.store(f"memstore_sesn_sdk_{deletions}").contents() == expected_notes(deletions)
