@@ -250,3 +250,69 @@ def test_differential_against_the_sdk_worker(
         sdk = emu.resources.store(f"{prefix}sesn_sdk_{deletions}").contents()
         assert mine == sdk, (prefix, mine, sdk)
     assert emu.resources.store(f"memstore_sesn_sdk_{deletions}").contents() == expected_notes(deletions)
+
+
+@pytest.mark.timeout(60)
+def test_handle_item_serves_one_claimed_item(emu: Emulator, root: Path) -> None:
+    sid = "sesn_handle"
+    (item,) = emu.add_environment(ENV_ID, [scenario(sid)])
+    secret = item.to_json(with_secret=True)["secret"]
+    env = {
+        "ANTHROPIC_WORK_ID": item.id,
+        "ANTHROPIC_ENVIRONMENT_ID": ENV_ID,
+        "ANTHROPIC_SESSION_ID": sid,
+        "ANTHROPIC_WORK_SECRET": secret,
+    }
+    proc = _serve(emu, root, "--handle-item", "--header", "x-trace-id: t-123", env=env)
+    emu.wait_for_posted(sid, 1, 30)
+    emu.resources.put(f"memstore_{sid}", "/c.md", "server-c\n")
+    try:
+        _, logs = proc.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("serve --handle-item did not exit after its item")
+    assert proc.returncode == 0, logs
+    assert emu.work.item(item.id).state == "stopped"
+    assert not emu.requests(endpoint="work_poll")
+    assert "pdf-skill" in _text(emu.posted_events(sid)[0])
+    assert emu.resources.store(f"memstore_{sid}").contents() == expected_notes("enabled")
+    traced = [r for r in emu.requests() if r.headers.get("x-trace-id") == "t-123"]
+    assert {r.endpoint for r in traced} >= {"work_heartbeat", "retrieve", "skill_download", "memory_list"}
+    tokens = {r.headers.get("authorization") for r in emu.requests(endpoint="memory_list")}
+    assert tokens == {f"Bearer {item.sessions_token}"} or {
+        r.headers.get("x-api-key") for r in emu.requests(endpoint="memory_list")
+    } == {item.sessions_token}
+
+
+@pytest.mark.timeout(60)
+def test_worker_id_on_each_poll(emu: Emulator, root: Path) -> None:
+    sid = "sesn_worker_id"
+    (item,) = emu.add_environment(ENV_ID, [scenario(sid)])
+    proc = _serve(emu, root, "--environment-id", ENV_ID, "--worker-id", "w-42", "--no-skills")
+    try:
+        assert emu.work.wait_until(lambda: emu.work.item(item.id).state == "stopped", 30)
+    finally:
+        _stop(proc)
+    polls = emu.requests(endpoint="work_poll")
+    assert polls and {r.headers.get("anthropic-worker-id") for r in polls} == {"w-42"}
+
+
+@pytest.mark.timeout(60)
+def test_no_sessions_token_with_stores_fails_clearly_unless_memory_is_off(emu: Emulator, root: Path) -> None:
+    for sid, extra in (("sesn_notoken", ()), ("sesn_notoken_off", ("--memory-sync-interval", "off"))):
+        (item,) = emu.add_environment(ENV_ID, [scenario(sid)])
+        env = {"ANTHROPIC_WORK_ID": item.id, "ANTHROPIC_ENVIRONMENT_ID": ENV_ID, "ANTHROPIC_SESSION_ID": sid}
+        proc = _serve(emu, root, "--handle-item", *extra, env=env)
+        if extra:
+            emu.wait_for_posted(sid, 1, 30)
+        try:
+            _, logs = proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail("serve --handle-item did not exit after its item")
+        assert proc.returncode == 0, logs
+        results = [e for e in emu.posted_events(sid) if e["type"] == "user.tool_result"]
+        if extra:
+            assert len(results) == 1 and "pdf-skill" in _text(results[0])
+        else:
+            assert "no sessions token" in logs and not results
