@@ -212,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON line per call")
     p.add_argument("-v", "--verbose", action="store_true", help="show the supervisor's logs on stderr")
     _add_journal(p)
+    add_skills_memory(p)
     p = _sub(subs, "call", "run one tool call in the sandbox, without the API", cmd_call)
     p.add_argument("name", metavar="NAME", help="tool name")
     p.add_argument("--input", required=True, metavar="JSON", help="the tool input, a JSON object")
@@ -268,8 +269,8 @@ def _add_serve(subs: Any) -> None:
     _add_resources(p)
 
 
-def _add_resources(p: Any) -> None:
-    """`stockade serve`'s skills, memory, tracing and one-claimed-item options."""
+def add_skills_memory(p: Any) -> None:
+    """The skills and memory-store options of `stockade run` and `stockade serve`."""
     p.add_argument("--no-skills", action="store_true", help="do not unpack the agent's skills")
     p.add_argument(
         "--memory-sync-interval", metavar="S|off", help="memory store sync interval (>= 5 s; off: no memory)"
@@ -279,6 +280,11 @@ def _add_resources(p: Any) -> None:
         choices=("enabled", "log_only", "disabled"),
         help="whether a memory file deleted locally deletes the server's memory",
     )
+
+
+def _add_resources(p: Any) -> None:
+    """`stockade serve`'s skills, memory, tracing and one-claimed-item options."""
+    add_skills_memory(p)
     p.add_argument("--worker-id", metavar="ID", help="sent on each poll (default: host name and a random id)")
     p.add_argument(
         "--header", action="append", metavar="NAME:VALUE", help="an extra header on every request (tracing)"

@@ -29,6 +29,8 @@ from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
 __all__ = ["cmd_emulator", "cmd_run", "make_runner", "run_session"]
 
 log = logging.getLogger("stockade.cli")
+BUILTIN_PREFIX = "stockade.tools.builtin:"
+"""`stockade run` with the built-in toolset also sets up the session's skills and memory stores."""
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -126,6 +128,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     client = anthropic.Anthropic(api_key=settings.api_key, base_url=settings.base_url)
     reporter = CallReporter(json_lines=args.json, stream=sys.stdout)
+    if any(ref.startswith(BUILTIN_PREFIX) for ref in refs):
+        from stockade.supervisor.cli.resources import run_with_resources
+
+        return run_with_resources(args, client, refs, config, reporter)
     runner = make_runner(
         client,
         args.session_id,

@@ -24,10 +24,8 @@ ENV_ID = "env_memory"
 EXIT_TIMEOUT_S = 20.0
 
 # Finds a store folder where either worker put it: the SDK under `{workdir}/memory/<name>`,
-# stockade beside the workdir in `{work_id}.memory/<name>` (so read-only really is read-only).
-_FIND = (
-    'm() { for d in "$PWD/memory/$1" "$PWD"/../*.memory/"$1"; do [ -d "$d" ] && echo "$d" && return; done; }'
-)
+# stockade beside the workdir in `{workdir}.memory/<name>` (so read-only really is read-only).
+_FIND = 'm() { for d in "$PWD/memory/$1" "$PWD.memory/$1"; do [ -d "$d" ] && echo "$d" && return; done; }'
 
 COMMAND = "; ".join(
     [
@@ -316,3 +314,28 @@ def test_no_sessions_token_with_stores_fails_clearly_unless_memory_is_off(emu: E
             assert len(results) == 1 and "pdf-skill" in _text(results[0])
         else:
             assert "no sessions token" in logs and not results
+
+
+@pytest.mark.timeout(60)
+def test_stockade_run_with_the_builtin_toolset(emu: Emulator, root: Path) -> None:
+    sid = "sesn_run"
+    emu.add_session(scenario(sid))
+    environ = {**os.environ, "ANTHROPIC_API_KEY": "sk-run", "ANTHROPIC_BASE_URL": emu.base_url}
+    argv = [sys.executable, "-m", "stockade.supervisor", "run", sid, "-v", "--no-journal"]
+    argv += ["--tools", "stockade.tools.builtin:agent_toolset", "--memory-sync-deletions", "log_only"]
+    proc = subprocess.Popen(
+        argv, cwd=root, env=environ, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        posted = emu.wait_for_posted(sid, 1, 30)
+        emu.resources.put(f"memstore_{sid}", "/c.md", "server-c\n")
+        _, logs = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, logs
+    output = _text(posted[0])
+    assert "pdf-skill" in output and "ro-refused" in output, output
+    assert emu.resources.store(f"memstore_{sid}").contents() == expected_notes("log_only")
+    assert emu.resources.store(f"memstore_ro_{sid}").contents() == {"/r.md": "reference\n"}
