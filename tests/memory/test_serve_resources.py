@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -339,3 +340,48 @@ def test_stockade_run_with_the_builtin_toolset(emu: Emulator, root: Path) -> Non
     assert "pdf-skill" in output and "ro-refused" in output, output
     assert emu.resources.store(f"memstore_{sid}").contents() == expected_notes("log_only")
     assert emu.resources.store(f"memstore_ro_{sid}").contents() == {"/r.md": "reference\n"}
+
+
+def _wait_for(predicate: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.timeout(60)
+def test_memory_is_pushed_on_idle_and_after_calls_once_due(emu: Emulator, root: Path) -> None:
+    sid = "sesn_cadence"
+    spec = scenario(sid)
+    notes = root / "work_0001.memory" / "notes"
+    spec["steps"] = [
+        {"running": True},
+        {
+            "tool_use": "bash",
+            "id": "tu_1",
+            "input": {"command": f"{_FIND}; echo one > $(m notes)/x.md"},
+        },
+        {"wait": ["tu_1"], "timeout_s": 30},
+        {"idle": "end_turn"},
+        {"sleep": 3},
+        {"running": True},
+        {"sleep": 5.5},  # the sync interval passes
+        # The write tool (bash's shell ended with the idle thread); the store folder is one of its roots.
+        {"tool_use": "write", "id": "tu_2", "input": {"file_path": str(notes / "y.md"), "content": "two"}},
+        {"wait": ["tu_2"], "timeout_s": 30},
+        {"sleep": 3},
+        {"terminate": True},
+    ]
+    (item,) = emu.add_environment(ENV_ID, [spec])
+    proc = _serve(emu, root, "--environment-id", ENV_ID, "--memory-sync-interval", "5")
+    contents = emu.resources.store(f"memstore_{sid}").contents
+    try:
+        assert _wait_for(lambda: "/x.md" in contents(), 10)
+        assert emu.status(sid) == "idle"  # pushed by the idle flush, not the end
+        assert _wait_for(lambda: "/y.md" in contents(), 15), emu.posted_events(sid)
+        assert emu.status(sid) != "terminated"  # pushed by the sync after the call
+        assert emu.work.wait_until(lambda: emu.work.item(item.id).state == "stopped", 30)
+    finally:
+        _stop(proc)
