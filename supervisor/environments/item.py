@@ -146,6 +146,7 @@ class ServedItem:
             default_headers=dict(settings.extra_headers or {}),
         )
         self._memory: SessionMemory | None = None
+        self._clean_end = False
         self._memory_tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(self._client, settings.environment_id, self.work_id)
         self._workdir = settings.workdir_root / self.work_id
@@ -184,7 +185,8 @@ class ServedItem:
         memory = self._memory
         try:
             await self._run_tools(drain)
-            if memory is not None and self._lease.end is None:
+            # Only after a clean end: the final sync sends deletions without waiting to confirm them.
+            if memory is not None and self._clean_end:
                 await self._bounded(memory.finish(), "final memory sync")
         finally:
             if memory is not None:
@@ -325,7 +327,9 @@ class ServedItem:
         elif (exc := run.exception()) is not None:
             log.error("item_run_failed work_id=%s error=%r", self.work_id, exc)
         else:
-            log.info("item_run_end work_id=%s reason=%s", self.work_id, run.result().reason)
+            reason = run.result().reason
+            self._clean_end = reason != "aborted" and self._lease.end is None
+            log.info("item_run_end work_id=%s reason=%s", self.work_id, reason)
 
     async def _stop_item(self) -> None:
         """Force-stop the item with its token; 409 = already stopped; 401 → the environment key."""

@@ -76,7 +76,8 @@ class LocalResources:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(signum, runner.abort)
             ended = await runner.until_done()
-            if self._memory is not None:
+            # Only after a clean end: the final sync sends deletions without waiting to confirm them.
+            if self._memory is not None and ended.reason != "aborted":
                 await asyncio.gather(*self._tasks, return_exceptions=True)
                 await _bounded(self._memory.finish(), "final memory sync")
             return ended

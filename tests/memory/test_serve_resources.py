@@ -385,3 +385,27 @@ def test_memory_is_pushed_on_idle_and_after_calls_once_due(emu: Emulator, root: 
         assert emu.work.wait_until(lambda: emu.work.item(item.id).state == "stopped", 30)
     finally:
         _stop(proc)
+
+
+@pytest.mark.timeout(60)
+def test_drain_mid_call_still_flushes_edits_but_sends_no_deletes(emu: Emulator, root: Path) -> None:
+    sid = "sesn_drain"
+    spec = scenario(sid)
+    command = f"{_FIND}; N=$(m notes); echo drained > $N/a.md; rm $N/b.md; echo started; sleep 30"
+    spec["steps"] = [
+        {"running": True},
+        {"tool_use": "bash", "id": "tu_d", "input": {"command": command}},
+        {"wait": ["tu_d"], "timeout_s": 50},
+        {"terminate": True},
+    ]
+    (item,) = emu.add_environment(ENV_ID, [spec])
+    proc = _serve(emu, root, "--environment-id", ENV_ID, "--drain-grace", "0.5")
+    notes = root / "work_0001.memory" / "notes"
+    assert _wait_for(lambda: (notes / "a.md").exists() and (notes / "a.md").read_text() == "drained\n", 20)
+    logs = _stop(proc)
+    assert emu.work.item(item.id).state == "stopped", logs
+    assert emu.resources.store(f"memstore_{sid}").contents() == {
+        "/a.md": "drained\n",
+        "/b.md": "beta\n",  # an aborted run sends no deletes
+        "/c.md": "gamma\n",
+    }
