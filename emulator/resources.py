@@ -91,9 +91,11 @@ class SkillSpec:
         if self.archive is not None:
             return self.archive
         buffer = io.BytesIO()
+        # The wrapper folder is the skill's directory: its name as one path component.
+        folder = self.name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1] or self.skill_id
         with zipfile.ZipFile(buffer, "w") as zf:
             for path, text in sorted(self.files.items()):
-                zf.writestr(f"{self.name}/{path}", text)
+                zf.writestr(f"{folder}/{path}", text)
         return buffer.getvalue()
 
     def version_json(self) -> dict[str, Any]:
