@@ -15,7 +15,7 @@ the last download or sync):
 - deleted on disk → follows `deletions`: `enabled` sends a delete guarded by `expected_content_sha256`
   once the file has been missing for `DELETE_CORROBORATION_S` (at once in the final sync), `log_only`
   only logs, `disabled` keeps the memory; a folder whose every file vanished at once is re-downloaded,
-  never propagated.
+  never propagated; at most max(8, min(50, files // 4)) deletes go out per sync.
 Read-only stores pull and never push. Only regular files are read, never through a symlink, so nothing
 a tool places or links outside the folders is uploaded.
 
@@ -60,6 +60,8 @@ FLUSH_TIMEOUT_S = 30.0
 """Bound on each teardown pass (final sync, flush) so a slow server cannot stall the end of an item."""
 DELETE_CORROBORATION_S = 30.0
 MAX_FILE_BYTES = 102_400
+DELETE_CAP_FLOOR = 8
+DELETE_CAP_CEILING = 50
 _PAGE = 100
 
 
@@ -109,6 +111,7 @@ class SessionMemory:
         self._stores: list[_Store] = []
         self._last_sync = time.monotonic()
         self._lock = asyncio.Lock()
+        self._deletes_left = 0
 
     @property
     def writable_roots(self) -> tuple[str, ...]:
@@ -204,6 +207,8 @@ class SessionMemory:
             await self._pull_everything(store)
             return
         remote = {m.path.lstrip("/"): m for m in await self._list(store, full=False)}
+        # A bounded number of server deletes per sync; the rest wait for the next one.
+        self._deletes_left = max(DELETE_CAP_FLOOR, min(DELETE_CAP_CEILING, len(store.baseline) // 4))
         for rel in sorted({*remote, *local, *store.baseline}):
             sha = await self._sync_path(store, rel, remote.get(rel), local.get(rel), final=final)
             if sha is None:
@@ -255,13 +260,8 @@ class SessionMemory:
     async def _local_delete(
         self, store: _Store, rel: str, remote: Any, base: str, *, final: bool
     ) -> str | None:
-        if self._deletions == "disabled":
-            return base
-        first = store.missing_since.setdefault(rel, time.monotonic())
-        if not final and time.monotonic() - first < DELETE_CORROBORATION_S:
-            return base
-        if self._deletions == "log_only":
-            log.info("memory_delete_log_only path=%s memory_store_id=%s", rel, store.memory_store_id)
+        """A file gone from disk: its memory is deleted, if the mode, the window and the cap allow."""
+        if not self._delete_allowed(store, rel, final=final):
             return base
         try:
             await self._client.beta.memory_stores.memories.delete(
@@ -270,11 +270,27 @@ class SessionMemory:
         except anthropic.NotFoundError:
             return None
         except anthropic.APIStatusError as exc:
+            # 409: the server's version changed since the baseline; it wins and is pulled later.
             log.warning("memory_delete_refused path=%s status=%s", rel, exc.status_code)
             return base
         store.missing_since.pop(rel, None)
         log.info("memory_deleted path=%s memory_store_id=%s", rel, store.memory_store_id)
         return None
+
+    def _delete_allowed(self, store: _Store, rel: str, *, final: bool) -> bool:
+        if self._deletions == "disabled":
+            return False
+        first = store.missing_since.setdefault(rel, time.monotonic())
+        if not final and time.monotonic() - first < DELETE_CORROBORATION_S:
+            return False
+        if self._deletes_left <= 0:
+            log.info("memory_delete_held path=%s memory_store_id=%s reason=cap", rel, store.memory_store_id)
+            return False
+        self._deletes_left -= 1
+        if self._deletions == "log_only":
+            log.info("memory_delete_log_only path=%s memory_store_id=%s", rel, store.memory_store_id)
+            return False
+        return True
 
     async def _flush_store(self, store: _Store) -> None:
         local = self._scan(store)

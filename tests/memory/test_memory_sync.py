@@ -144,3 +144,19 @@ def test_something_at_the_store_path_refuses_the_download(emu: Emulator, tmp_pat
 
     asyncio.run(main())
     assert (tmp_path / "stores" / "notes" / "stale.md").exists()
+
+
+def test_deletes_per_sync_are_capped(emu: Emulator, tmp_path: Path) -> None:
+    for i in range(12):
+        emu.resources.put(STORE, f"/many/{i:02d}.md", str(i))
+
+    async def body(memory: SessionMemory, notes: Path) -> None:
+        for path in (notes / "many").iterdir():
+            path.unlink()
+        await memory.finish()  # the cap is max(8, 14 // 4): 8 go now
+        left = [p for p in emu.resources.store(STORE).contents() if p.startswith("/many/")]
+        assert len(left) == 4
+        await memory.finish()
+        assert not [p for p in emu.resources.store(STORE).contents() if p.startswith("/many/")]
+
+    _run(emu, tmp_path, body)
