@@ -41,6 +41,7 @@ from stockade.supervisor.environments.memory import (
     MemoryError_,
     SessionMemory,
     attached_stores,
+    stopped_call,
 )
 from stockade.supervisor.environments.skills import download_skills
 from stockade.supervisor.runner.facade import SessionRunner
@@ -306,6 +307,8 @@ class ServedItem:
     def _on_call(self, record: Any) -> None:
         log.info("item_call work_id=%s tool=%s posted=%s", self.work_id, record.name, record.posted)
         if self._memory is not None:
+            if stopped_call(record):
+                self._memory.restore_missing()
             self._memory_soon(self._memory.sync_if_due())
 
     def _policy(self, policy: ResourcePolicy) -> ResourcePolicy:

@@ -29,6 +29,7 @@ from stockade.supervisor.environments.memory import (
     MemoryError_,
     SessionMemory,
     attached_stores,
+    stopped_call,
 )
 from stockade.supervisor.environments.skills import download_skills, remove_skills, session_skills
 
@@ -140,6 +141,8 @@ class LocalResources:
 
     def _after_call(self, record: Any) -> None:
         if self._memory is not None:
+            if stopped_call(record):
+                self._memory.restore_missing()
             self._soon(self._memory.sync_if_due())
 
     def _on_event(self, event: Any) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 import anthropic
+from stockade.sandbox.outcome import Crashed, OverLimit, TimedOut
 
 __all__ = [
     "DEFAULT_SYNC_INTERVAL_S",
@@ -47,6 +48,7 @@ __all__ = [
     "MemoryError_",
     "SessionMemory",
     "attached_stores",
+    "stopped_call",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,11 @@ def attached_stores(session: Any) -> list[Any]:
     ]
 
 
+def stopped_call(record: Any) -> bool:
+    """Whether a call record's tool was stopped part-way (timed out, killed, over a limit)."""
+    return isinstance(getattr(record, "outcome", None), TimedOut | Crashed | OverLimit)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -87,6 +94,8 @@ class _Store:
     read_only: bool
     baseline: dict[str, str] = field(default_factory=dict)
     missing_since: dict[str, float] = field(default_factory=dict)
+    to_restore: set[str] = field(default_factory=set)
+    """Files missing after a stopped call: pulled again at the next sync, never deleted."""
 
 
 class SessionMemory:
@@ -170,6 +179,12 @@ class SessionMemory:
 
     # ----- the syncs -------------------------------------------------------------------------------
 
+    def restore_missing(self) -> None:
+        """A call was stopped (killed, timed out) and may have moved files away: the files missing now
+        are pulled again by the next sync instead of deleted."""
+        for store in self._stores:
+            store.to_restore |= set(store.baseline) - set(self._scan(store))
+
     async def sync_if_due(self) -> None:
         """One sync when `interval` has passed since the last (skipped while another is running)."""
         if time.monotonic() - self._last_sync < self._interval_s or self._lock.locked():
@@ -225,7 +240,8 @@ class SessionMemory:
         if remote is None:
             return await self._gone_remotely(store, rel, local, base)
         if local is None and base is not None:
-            if remote.content_sha256 != base or store.read_only:
+            if remote.content_sha256 != base or store.read_only or rel in store.to_restore:
+                store.to_restore.discard(rel)
                 return await self._pull(store, rel, remote, base)
             return await self._local_delete(store, rel, remote, base, final=final)
         if remote.content_sha256 != base:

@@ -160,3 +160,14 @@ def test_deletes_per_sync_are_capped(emu: Emulator, tmp_path: Path) -> None:
         assert not [p for p in emu.resources.store(STORE).contents() if p.startswith("/many/")]
 
     _run(emu, tmp_path, body)
+
+
+def test_files_missing_after_a_stopped_call_are_restored_not_deleted(emu: Emulator, tmp_path: Path) -> None:
+    async def body(memory: SessionMemory, notes: Path) -> None:
+        (notes / "b.md").rename(tmp_path / "moved-away")  # a killed call never put it back
+        memory.restore_missing()
+        await memory.finish()
+        assert (notes / "b.md").read_text() == "b\n"
+
+    _run(emu, tmp_path, body)
+    assert emu.resources.store(STORE).contents()["/b.md"] == "b\n"
