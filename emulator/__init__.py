@@ -99,6 +99,15 @@ Faults (`[[faults]]`, `fault = {...}` steps, or `emu.add_fault(sid, {...})`): on
     {duplicate = "tu_1", in_history = true}                   #   ... and listed twice
     {missing = "tu_1", times = 1}                             # left out of the next history read(s)
 
+Faults on the session's resources name their endpoint (`any` does not match them): `on =
+skill_retrieve|skill_download|memory_list|memory_retrieve|memory_create|memory_update|memory_delete`.
+
+Resources (`stockade.emulator.resources`): `[[skills]]` (`skill_id`, `name`, `version`, `files = {path =
+text}` served as a zip wrapped in `<name>/`, or raw `archive_b64`; `subagent = true` puts it on a
+coordinator's subagent) and `[[memory_stores]]` (`memory_store_id`, `name`, `access = read_write|read_only`,
+`mount_path`, `memories = {"/path" = text}`), listed on the session and served at `/v1/skills/...` and
+`/v1/memory_stores/{id}/memories[/{memory_id}]` (preconditions → 409); `emu.resources.store(id).contents()`.
+
 Errors: see `stockade.emulator.errors` (EmulatorError > ScenarioError, ScriptFailed).
 """
 

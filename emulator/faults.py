@@ -17,7 +17,17 @@ from stockade.emulator.errors import ScenarioError
 
 __all__ = ["ENDPOINTS", "STREAM_ACTIONS", "FaultBook", "FaultSpec", "parse_fault"]
 
-ENDPOINTS = ("stream", "list", "retrieve", "send", "any")
+# The session's resources (`stockade.emulator.resources`); `any` does not match them.
+_RESOURCE_ENDPOINTS = (
+    "skill_retrieve",
+    "skill_download",
+    "memory_list",
+    "memory_retrieve",
+    "memory_create",
+    "memory_update",
+    "memory_delete",
+)
+ENDPOINTS = ("stream", "list", "retrieve", "send", "any", *_RESOURCE_ENDPOINTS)
 STREAM_ACTIONS = ("eof", "reset", "stall", "error_frame", "malformed", "json_array")
 _REQUEST_ACTIONS = ("status", "non_json", "delay_s", "stream", "no_match")
 _EVENT_ACTIONS = ("duplicate", "missing")
@@ -50,7 +60,7 @@ class FaultSpec:
 
     def matches(self, endpoint: str, page: int | None) -> bool:
         """Whether a request to `endpoint` (list page number `page`, 1-based) is one this fault targets."""
-        if self.on not in ("any", endpoint):
+        if self.on != endpoint and (self.on != "any" or endpoint in _RESOURCE_ENDPOINTS):
             return False
         return self.page is None or self.page == page
 

@@ -19,6 +19,7 @@ from stockade.emulator.events import IdMaker, error_body
 from stockade.emulator.faults import FaultSpec
 from stockade.emulator.messages import MessagesState, messages_route
 from stockade.emulator.record import RecordedRequest, Recorder
+from stockade.emulator.resources import ResourceBook, resource_endpoint
 from stockade.emulator.session import SessionState
 from stockade.emulator.sse import StreamWriter
 from stockade.emulator.validate import Rejected
@@ -49,6 +50,8 @@ class ServerContext:
     """The scripted `POST /v1/messages` endpoint, when a Messages script is loaded."""
     work: WorkQueues = field(default_factory=WorkQueues)
     """Self-hosted environments' work queues (`/v1/environments/{env}/work/...`)."""
+    resources: ResourceBook = field(default_factory=ResourceBook)
+    """Sessions' skills and memory stores (`/v1/skills/...`, `/v1/memory_stores/...`)."""
 
 
 class EmulatorHTTPServer(ThreadingHTTPServer):
@@ -75,6 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self._dispatch("POST")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http_request client=%s line=%s", self.address_string(), format % args)
@@ -163,7 +169,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         # The Messages API is not a managed-agents endpoint: it needs a key, not that beta.
-        problem = self._auth_error(needs_beta=self._endpoint != "messages")
+        # Skills and memory stores carry their own betas (skills / agent-memory), not managed-agents.
+        own_beta = self._endpoint == "messages" or self._endpoint.startswith(("skill_", "memory_"))
+        problem = self._auth_error(needs_beta=not own_beta)
         if problem is None and self._endpoint == "messages":
             self._messages()
             return
@@ -173,6 +181,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self._endpoint.startswith("work_"):
             parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
             self._send_json(*self.server.context.work.handle(self._endpoint, parts, self._query, self._body))
+            return
+        if self._endpoint.startswith(("skill_", "memory_")):
+            self._resource()
             return
         session = self.server.context.sessions.get(self._session_id or "")
         if self._endpoint == "other" or session is None:
@@ -189,6 +200,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(session, stream_fault)
         else:
             handlers[self._endpoint](session)
+
+    def _resource(self) -> None:
+        """A skills or memory-store request; the owning session's faults apply to it."""
+        context = self.server.context
+        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+        owner = context.sessions.get(context.resources.owner.get(parts[2], ""))
+        if owner is not None and self._apply_faults(owner.faults.take(self._endpoint)):
+            return
+        status, body, raw = context.resources.handle(self._endpoint, parts, self._query, self._body)
+        if raw is None:
+            self._send_json(status, body)
+            return
+        self._record(status)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
 
     def _messages(self) -> None:
         """`POST /v1/messages`: the scripted Messages endpoint (see `stockade.emulator.messages`)."""
@@ -253,7 +282,14 @@ class _Handler(BaseHTTPRequestHandler):
     # ----- endpoints -----------------------------------------------------------------------------------
 
     def _retrieve(self, session: SessionState) -> None:
-        self._send_json(200, session.session_json())
+        body = session.session_json()
+        resources = self.server.context.resources
+        skills = resources.skills_of(session.session_id)
+        body["agent"]["skills"] = [s.agent_json() for s in skills if not s.subagent]
+        body["resources"] = [s.resource_json() for s in resources.stores_of(session.session_id)]
+        if sub := [s.agent_json() for s in skills if s.subagent]:
+            body["agent"]["multiagent"] = _coordinator(sub)
+        self._send_json(200, body)
 
     def _list(self, session: SessionState) -> None:
         limit = _int_or(self._query.get("limit", [""])[-1], MAX_PAGE_LIMIT)
@@ -301,6 +337,8 @@ def _route(method: str, parts: list[str]) -> tuple[str, str | None]:
         return "messages", None
     if (work := work_endpoint(method, parts)) is not None:
         return work, None
+    if (resource := resource_endpoint(method, parts)) is not None:
+        return resource, None
     if len(parts) < 3 or parts[:2] != ["v1", "sessions"]:
         return "other", None
     tail = (method, *parts[3:])
@@ -311,6 +349,24 @@ def _route(method: str, parts: list[str]) -> tuple[str, str | None]:
         ("GET", "events", "stream"): "stream",
     }
     return endpoints.get(tail, "other"), parts[2]
+
+
+def _coordinator(skills: list[dict[str, Any]]) -> dict[str, Any]:
+    """A coordinator `multiagent` block with one subagent that carries `skills`."""
+    member = {
+        "type": "agent",
+        "id": "agent_emulator_sub",
+        "version": 1,
+        "name": "emulated subagent",
+        "description": None,
+        "system": None,
+        "execution_identity": {"type": "service_account"},
+        "mcp_servers": [],
+        "model": {"id": "claude-opus-4-7"},
+        "skills": skills,
+        "tools": [],
+    }
+    return {"type": "coordinator", "agents": [member]}
 
 
 def _int_or(text: str, default: int) -> int:

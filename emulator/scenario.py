@@ -133,6 +133,10 @@ class Scenario:
     reactions: bool = True
     strict_results: bool = True
     archived: bool = False
+    skills: list[Any] = field(default_factory=list)
+    """`[[skills]]` tables of the session's agent (validated by `stockade.emulator.resources`)."""
+    memory_stores: list[Any] = field(default_factory=list)
+    """`[[memory_stores]]` tables attached to the session (validated by `stockade.emulator.resources`)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scenario:
@@ -140,7 +144,7 @@ class Scenario:
         if not isinstance(data, dict):
             raise _fail("scenario", "scenario", data, "a table")
         known = {"id", "title", "history", "steps", "faults", "seed", "start", "keepalive_s", "reactions"}
-        known |= {"strict_results", "archived"}
+        known |= {"strict_results", "archived", "skills", "memory_stores"}
         for key, val in data.items():
             if key not in known:
                 raise _fail("scenario", key, val, f"a known field: {sorted(known)}")
@@ -161,6 +165,8 @@ class Scenario:
             reactions=bool(data.get("reactions", True)),
             strict_results=bool(data.get("strict_results", True)),
             archived=bool(data.get("archived", False)),
+            skills=list(data.get("skills", [])),
+            memory_stores=list(data.get("memory_stores", [])),
         )
 
     @classmethod

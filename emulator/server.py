@@ -19,6 +19,7 @@ from stockade.emulator.faults import parse_fault
 from stockade.emulator.http import EmulatorHTTPServer, ServerContext
 from stockade.emulator.messages import MessagesScript, MessagesState
 from stockade.emulator.record import RecordedRequest
+from stockade.emulator.resources import ResourceBook
 from stockade.emulator.scenario import Scenario
 from stockade.emulator.script import ScriptRunner, run_step
 from stockade.emulator.session import SessionState
@@ -120,6 +121,7 @@ class Emulator:
         with self._lock:
             if session.session_id in self._context.sessions:
                 raise EmulatorError(f"session {session.session_id} already exists")
+            self._context.resources.add(session.session_id, parsed.skills, parsed.memory_stores)
             for step in parsed.history:
                 run_step(session, step)
             self._context.sessions[session.session_id] = session
@@ -143,6 +145,11 @@ class Emulator:
     def work(self) -> WorkQueues:
         """The environments' work queues (inspect items; inject lease loss with `lose_lease` etc.)."""
         return self._context.work
+
+    @property
+    def resources(self) -> ResourceBook:
+        """Sessions' skills and memory stores (read a store's `contents()` after a run)."""
+        return self._context.resources
 
     def session(self, session_id: str) -> SessionState:
         """The live state of a session (raises `EmulatorError` for an unknown id)."""

@@ -248,6 +248,7 @@ def _add_run(subs: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON line per call, then a summary line")
     _add_verbose(p)
     _add_journal(p)
+    add_skills_memory(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -321,7 +322,9 @@ def _add_journal(parser: argparse.ArgumentParser) -> None:
 
 def _add_serve(subs: Any) -> None:
     p = _sub(subs, "serve", "serve a self-hosted environment's work queue", _handler(_SERVE, "cmd_serve"))
-    p.add_argument("--environment-id", required=True, metavar="ID", help="the environment to poll")
+    p.add_argument(
+        "--environment-id", metavar="ID", help="the environment to poll (default: $ANTHROPIC_ENVIRONMENT_ID)"
+    )
     _add_tools_policy(p, None)
     p.add_argument(
         "--max-sessions", type=at_least_one, default=1, metavar="N", help="sessions at once (default 1)"
@@ -350,6 +353,34 @@ def _add_serve(subs: Any) -> None:
     p.add_argument("--workdir", metavar="DIR", help="root of the per-session workdirs (default: a temp dir)")
     p.add_argument("--json", action="store_true", help="one JSON line per session and per call")
     _add_verbose(p)
+    _add_resources(p)
+
+
+def add_skills_memory(p: Any) -> None:
+    """The skills and memory-store options of `stockade run` and `stockade serve`."""
+    p.add_argument("--no-skills", action="store_true", help="do not unpack the agent's skills")
+    p.add_argument(
+        "--memory-sync-interval", metavar="S|off", help="memory store sync interval (>= 5 s; off: no memory)"
+    )
+    p.add_argument(
+        "--memory-sync-deletions",
+        choices=("enabled", "log_only", "disabled"),
+        help="whether a memory file deleted locally deletes the server's memory",
+    )
+
+
+def _add_resources(p: Any) -> None:
+    """`stockade serve`'s skills, memory, tracing and one-claimed-item options."""
+    add_skills_memory(p)
+    p.add_argument("--worker-id", metavar="ID", help="sent on each poll (default: host name and a random id)")
+    p.add_argument(
+        "--header", action="append", metavar="NAME:VALUE", help="an extra header on every request (tracing)"
+    )
+    p.add_argument(
+        "--handle-item",
+        action="store_true",
+        help="serve the one work item that `ant beta:worker poll --on-work` claimed (its ANTHROPIC_* vars)",
+    )
 
 
 _DEMO = "stockade.supervisor.cli.demo"

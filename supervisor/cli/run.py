@@ -40,6 +40,9 @@ __all__ = [
     "run_session",
 ]
 
+BUILTIN_PREFIX = "stockade.tools.builtin:"
+"""`stockade run` with the built-in toolset also sets up the session's skills and memory stores."""
+
 
 @contextmanager
 def on_stop_signals(stop: Callable[[], None]) -> Iterator[threading.Event]:
@@ -219,6 +222,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if (problem := first_connection(client, args.session_id)) is not None:
         reporter.error(problem)
         return EXIT_API_ERROR
+    if any(ref.startswith(BUILTIN_PREFIX) for ref in [*config.tool_refs, *refs]):
+        from stockade.supervisor.cli.resources import run_with_resources
+
+        return run_with_resources(args, client, refs, config, reporter)
     runner = make_runner(
         client,
         args.session_id,

@@ -18,7 +18,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from stockade.sandbox.netrules import RuleError, parse_rule
@@ -106,6 +106,13 @@ def _or_unlimited(parse: Callable[[object], Any]) -> Callable[[object], Any]:
     return parse_or_none
 
 
+def _or_off(parse: Callable[[object], Any]) -> Callable[[object], Any]:
+    def parse_or_none(value: object) -> Any:
+        return None if value == "off" else parse(value)
+
+    return parse_or_none
+
+
 def _as_is(value: object) -> object:
     return value
 
@@ -165,6 +172,12 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_concurrent_calls: Annotated[int, msgspec.Meta(ge=1)] | None = 1
     preload: tuple[str, ...] = ()
     """Installed modules imported once in the sandbox's zygote and shared by every worker."""
+    skills: bool = True
+    """Unpack the session agent's skills into `{workdir}/skills/` before any tool runs."""
+    memory_sync_interval_s: Annotated[float, msgspec.Meta(ge=5)] | None = 15.0
+    """How often memory stores sync back while the session runs (floor 5 s); None: no memory."""
+    memory_sync_deletions: Literal["enabled", "log_only", "disabled"] = "enabled"
+    """Whether a memory file deleted locally deletes the server's memory (`log_only`: only logs)."""
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -316,6 +329,13 @@ _RUN_FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "max_idle": ("max_idle_s", _or_unlimited(_duration), _DURATION + ' or "unlimited"'),
     "max_concurrent_calls": ("max_concurrent_calls", _or_unlimited(_count), 'an integer >= 1 or "unlimited"'),
     "preload": ("preload", _module_names, 'a list of installed module names such as "numpy"'),
+    "skills": ("skills", _as_is, "true or false"),
+    "memory_sync_interval": (
+        "memory_sync_interval_s",
+        _or_off(_duration),
+        _DURATION + ' of at least 5 s, or "off"',
+    ),
+    "memory_sync_deletions": ("memory_sync_deletions", _as_is, '"enabled", "log_only" or "disabled"'),
 }
 
 

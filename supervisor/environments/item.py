@@ -34,6 +34,16 @@ from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.config.runner_args import RunnerArgs
 from stockade.supervisor.environments.lease import Lease, cancel_and_wait
+from stockade.supervisor.environments.memory import (
+    DEFAULT_SYNC_INTERVAL_S,
+    FLUSH_TIMEOUT_S,
+    DeleteMode,
+    MemoryError_,
+    SessionMemory,
+    attached_stores,
+    stopped_call,
+)
+from stockade.supervisor.environments.skills import download_skills
 from stockade.supervisor.runner.facade import SessionRunner
 from stockade.supervisor.runner.records import RunEnd
 
@@ -65,6 +75,13 @@ class ItemSettings:
     workdir_root: Path
     workers_per_session: int | None
     drain_grace_s: float
+    skills: bool = True
+    """Unpack the session agent's skills into `{workdir}/skills/` before any tool runs."""
+    memory_sync_interval_s: float | None = DEFAULT_SYNC_INTERVAL_S
+    """Memory stores: download, then sync at this interval; None: no memory download or sync."""
+    memory_sync_deletions: DeleteMode = "enabled"
+    extra_headers: Mapping[str, str] | None = None
+    """Sent on every request the item makes (tracing)."""
 
 
 def sessions_token(secret: str | None) -> str | None:
@@ -126,14 +143,20 @@ class ServedItem:
         self.session_id: str = item.data.id
         self._env_client = env_client
         self._fence = asyncio.Event()
+        self._has_sessions_token = sessions_token(item.secret) is not None
         token = sessions_token(item.secret) or settings.environment_key
         self._client = anthropic.AsyncAnthropic(
             api_key=token,
             base_url=settings.base_url,
             http_client=httpx.AsyncClient(transport=_FencedTransport(self._fence)),
+            default_headers=dict(settings.extra_headers or {}),
         )
+        self._memory: SessionMemory | None = None
+        self._clean_end = False
+        self._memory_tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(self._client, settings.environment_id, self.work_id)
         self._workdir = settings.workdir_root / self.work_id
+        self._memory_dir = settings.workdir_root / f"{self.work_id}.memory"
 
     async def serve(self, drain: asyncio.Event) -> None:
         """Claim, run, and end the item (see the module docstring)."""
@@ -155,9 +178,75 @@ class ServedItem:
             self._fence.set()
             await self._client.close()
             shutil.rmtree(self._workdir, ignore_errors=True)
+            shutil.rmtree(self._memory_dir, ignore_errors=True)
             log.info("item_done work_id=%s lease_end=%s", self.work_id, self._lease.end)
 
     async def _run_session(self, drain: asyncio.Event) -> None:
+        """Put the session's skills and memory stores on disk, run it, then sync the memory back."""
+        try:
+            await self._prepare_resources()
+        except (MemoryError_, anthropic.APIError, OSError) as exc:
+            log.error("item_resources_failed work_id=%s error=%s", self.work_id, exc)
+            return
+        memory = self._memory
+        try:
+            await self._run_tools(drain)
+            # Only after a clean end: the final sync sends deletions without waiting to confirm them.
+            if memory is not None and self._clean_end:
+                await self._bounded(memory.finish(), "final memory sync")
+        finally:
+            if memory is not None:
+                await asyncio.gather(*self._memory_tasks, return_exceptions=True)
+                # An error or cancel still gets a bounded push-only flush.
+                await self._bounded(memory.flush(), "memory flush")
+                memory.dispose()
+
+    async def _bounded(self, work: Any, name: str) -> None:
+        try:
+            await asyncio.wait_for(work, FLUSH_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("memory_cut_off work_id=%s pass=%r after_s=%g", self.work_id, name, FLUSH_TIMEOUT_S)
+
+    async def _prepare_resources(self) -> None:
+        settings = self._settings
+        if not settings.skills and settings.memory_sync_interval_s is None:
+            return
+        session = await self._client.beta.sessions.retrieve(self.session_id)
+        # The mode the sandbox itself would make it with: a worker's slot uid must reach it.
+        self._workdir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        if settings.skills:
+            await download_skills(self._client, session, self._workdir)
+        if settings.memory_sync_interval_s is None or not attached_stores(session):
+            return
+        if not self._has_sessions_token:
+            raise MemoryError_(
+                "the session has memory stores but the work item's secret carries no sessions token "
+                "(the memory endpoints refuse the environment key); turn memory sync off to run without"
+            )
+        self._memory_dir.mkdir(mode=0o711, exist_ok=True)
+        memory = SessionMemory(
+            self._client,
+            self._memory_dir,
+            interval_s=settings.memory_sync_interval_s,
+            deletions=settings.memory_sync_deletions,
+        )
+        try:
+            await memory.download(session)
+        except BaseException:
+            memory.dispose()
+            raise
+        self._memory = memory
+
+    def _memory_soon(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._memory_tasks.add(task)
+        task.add_done_callback(self._memory_tasks.discard)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        if self._memory is not None and event.get("type") == "session.status_idle":
+            self._memory_soon(self._bounded(self._memory.flush(), "idle memory flush"))
+
+    async def _run_tools(self, drain: asyncio.Event) -> None:
         settings = self._settings
         sandbox = _CountingSandbox(
             policies=self._policies(settings.runner["policies"]),
@@ -211,15 +300,30 @@ class ServedItem:
         # The item's own sandbox already gave each policy the item's workdir.
         args["policies"], args["default_policy"] = dict(sandbox.policies), sandbox.default
         return SessionRunner(
-            client=self._client, session_id=self.session_id, sandbox=sandbox, on_call=self._on_call, **args
+            client=self._client,
+            session_id=self.session_id,
+            sandbox=sandbox,
+            on_call=self._on_call,
+            on_event=self._on_event,
+            **args,
         )
 
     def _on_call(self, record: Any) -> None:
         log.info("item_call work_id=%s tool=%s posted=%s", self.work_id, record.name, record.posted)
+        if self._memory is not None:
+            if stopped_call(record):
+                self._memory.restore_missing()
+            self._memory_soon(self._memory.sync_if_due())
 
     def _policy(self, policy: ResourcePolicy) -> ResourcePolicy:
-        """`policy` with this session's own workdir."""
-        return msgspec.structs.replace(policy, workdir=str(self._workdir))
+        """`policy` with this session's own workdir and its memory stores' folders."""
+        writable, read_only = policy.writable_paths, policy.read_only_paths
+        if self._memory is not None:
+            writable = (*writable, *self._memory.writable_roots)
+            read_only = (*read_only, *self._memory.read_only_roots)
+        return msgspec.structs.replace(
+            policy, workdir=str(self._workdir), writable_paths=writable, read_only_paths=read_only
+        )
 
     def _policies(self, policies: Mapping[str, ResourcePolicy]) -> dict[str, ResourcePolicy]:
         return {name: self._policy(policy) for name, policy in policies.items()}
@@ -230,7 +334,9 @@ class ServedItem:
         elif (exc := run.exception()) is not None:
             log.error("item_run_failed work_id=%s error=%r", self.work_id, exc)
         else:
-            log.info("item_run_end work_id=%s reason=%s", self.work_id, run.result().reason)
+            reason = run.result().reason
+            self._clean_end = reason != "aborted" and self._lease.end is None
+            log.info("item_run_end work_id=%s reason=%s", self.work_id, reason)
 
     async def _stop_item(self) -> None:
         """Force-stop the item with its token; 409 = already stopped; 401 → the environment key."""
