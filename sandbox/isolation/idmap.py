@@ -6,8 +6,10 @@ through an idmapped mount (`mount_setattr` with `MOUNT_ATTR_IDMAP`, Linux 5.12+)
 the folder owner's uid and gid to the worker's slot uid and gid and nothing else: the slot uid then
 sees the owner's files as its own and may write them, and every file it creates is stored on disk
 with the owner's uid and gid. Files of any other uid show as the overflow uid (nobody) and stay
-out of reach, as they would for the owner. The slot uid keeps every guarantee of the uid layer: it
-still cannot signal, ptrace or read anything of the supervisor or of root.
+out of reach: the kernel refuses writes to an inode whose owner the idmap does not map, whatever its
+mode (a 0777 folder of root's inside a user's home is read-only to the tool). The slot uid keeps
+every guarantee of the uid layer: it still cannot signal, ptrace or read anything of the supervisor
+or of root.
 
 Errors: `OSError` when the kernel or the filesystem cannot idmap (the caller reports the layer).
 """

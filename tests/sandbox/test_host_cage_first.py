@@ -69,13 +69,32 @@ def test_a_module_forking_at_import_leaves_its_hog_in_the_cgroup() -> None:
                 memory = [
                     line
                     for line in hog.read_text().splitlines()
-                    if ":memory:" in line or line.startswith("0::")
+                    # "0::/": the v2 root, where a hybrid host's cage may leave it (a v2 hierarchy
+                    # mounted after the layout was found); the memory line still has to be caged.
+                    if ":memory:" in line or (line.startswith("0::") and line != "0::/")
                 ]
                 assert memory and all("/stockade/" in line for line in memory), (hog.name, memory)
-            pids = [int(hog.name.split("-")[1]) for hog in _hog_files(work)]
-            await _until(lambda: not any(psutil.pid_exists(p) and _rss(p) for p in pids), "the hogs to die")
+            pids = {pid for hog in _hog_files(work) for pid in _host_pids(hog.name)}  # none: killed already
+            await _until(lambda: not any(_rss(p) for p in pids), "the hogs to die")
 
         kit.in_sandbox(scenario, default=policy)
+
+
+def _host_pids(name: str) -> list[int]:
+    """The host pids of live processes matching the hog named `hog-<pid in its namespace>-<start
+    time>-<random>` (none once it is killed)."""
+    _, ns_pid, started, _ = name.split("-")
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            status = (proc / "status").read_text()
+            stat = (proc / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if nspids and nspids[-1] == ns_pid and stat.rpartition(")")[2].split()[19] == started:
+            found.append(int(proc.name))
+    return found
 
 
 def _rss(pid: int) -> int:

@@ -71,9 +71,9 @@ def test_module_state_lives_as_long_as_the_tools_worker() -> None:
             seen.append(_text(await _run(sandbox, "counter", f"n{i}")).split())
             assert _text(await _run(sandbox, "honest", f"h{i}", secret="x")) == "honest x"
         counts = [int(count) for count, _ in seen]
-        pids = [pid for _, pid in seen]
+        workers = [worker for _, worker in seen]  # pid@start time: a worker is pid 2 in its PID namespace
         assert counts == [1, 2, 3, 1], seen
-        assert len(set(pids[:3])) == 1 and pids[3] != pids[0], seen
+        assert len(set(workers[:3])) == 1 and workers[3] != workers[0], seen
 
     kit.in_sandbox(scenario, default=WARM)
 

@@ -41,6 +41,9 @@ def user() -> Iterator[Any]:
     (created.home / "notes.txt").chmod(0o644)
     (created.home / "project").mkdir(mode=0o777)
     (created.home / "project").chmod(0o777)
+    # The user's own, as in a real home: an idmapped writable home lets the slot uid write only
+    # what its owner owns (the kernel refuses writes to inodes whose owner the idmap does not map).
+    os.chown(created.home / "project", created.uid, created.gid)
     try:
         yield created
     finally:

@@ -44,9 +44,12 @@ def spy() -> str:
 
 @tool
 def counter() -> str:
-    """A module-level counter: its value after this call, and the worker's pid."""
+    """A module-level counter: its value after this call, and the worker's identity: its pid and
+    start time (in its PID namespace every worker is pid 2; the start time tells them apart)."""
     CALLS["count"] += 1
-    return f"{CALLS['count']} {os.getpid()}"
+    with open("/proc/self/stat") as stat:
+        started = stat.read().rpartition(")")[2].split()[19]
+    return f"{CALLS['count']} {os.getpid()}@{started}"
 
 
 @tool
