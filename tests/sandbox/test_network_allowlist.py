@@ -302,8 +302,9 @@ def test_a_tunnel_kept_past_its_call_is_dropped_when_the_next_call_starts(server
     async def main() -> tuple[ToolOutcome, ToolOutcome]:
         async with Sandbox(default=_policy(servers)) as sandbox:
             kit._markers.append(sandbox.marker)
-            held = await _call(sandbox, "hold_tunnel", port=servers["http"].port)
-            return held, await _call(sandbox, "held_tunnel_state")
+            # Both calls are of one tool, so the second runs in the worker that keeps the tunnel.
+            held = await _call(sandbox, "held_tunnel", step="open", port=servers["http"].port)
+            return held, await _call(sandbox, "held_tunnel", step="state")
 
     held, state = asyncio.run(main())
     assert held.content()[0]["text"] == "HTTP/1.1 200 Connection established"

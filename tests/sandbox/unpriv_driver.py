@@ -14,9 +14,8 @@ import sys
 from typing import Any
 
 import msgspec
-import psutil
+import sbx_testkit as kit  # tests/sandbox is on this driver's PYTHONPATH
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
-from stockade.sandbox.isolation.tree import MARKER_ENV
 from stockade.sandbox.policy import MIB
 
 POLICY = ResourcePolicy(
@@ -27,19 +26,6 @@ POLICY = ResourcePolicy(
     pool_size=1,
     worker_lifetime="call",
 )
-
-
-def _marked(marker: str) -> set[int]:
-    found = set()
-    for proc in psutil.process_iter():
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(MARKER_ENV, "").startswith(
-                marker
-            ):
-                found.add(proc.pid)
-        except psutil.Error:
-            continue
-    return found
 
 
 def _summary(outcome: ToolOutcome) -> dict[str, Any]:
@@ -90,7 +76,11 @@ async def _catalogue(d: Driver, bombs: Sandbox) -> None:
     await d.attempt("unshare_user", "unshare_user")
     await d.attempt("clone_newuser", "clone_newuser")
     await d.run("daemon", "sbx_hostile:TOOLS", "daemon", marker="daemon.log")
-    d.results["daemon_leftovers"] = sorted(_marked(d.sandbox.marker) - d.sandbox.worker_pids())
+    # Each live worker is a few processes of its own (outer, init and worker of its PID namespace):
+    # anything else carrying the sandbox's marker is what a tool left behind.
+    d.results["daemon_leftovers"] = sorted(
+        kit.marked_pids(d.sandbox.marker) - kit.worker_processes(d.sandbox)
+    )
     await d.run("memory_bomb", "isolation_tools:memory_bomb", "memory_bomb", mib=2048)
     d.sandbox, main = bombs, d.sandbox
     await d.run("fork_bomb", "isolation_tools:fork_bomb", "fork_bomb", tries=500)
@@ -108,7 +98,7 @@ async def main(setup: dict[str, Any]) -> dict[str, Any]:
         driver.results["report"] = sandbox.report()
         markers = (sandbox.marker, bombs.marker)
     driver.results["sigusr1_hits"] = len(hits)
-    driver.results["leftovers_after_close"] = sorted(pid for m in markers for pid in _marked(m))
+    driver.results["leftovers_after_close"] = sorted(pid for m in markers for pid in kit.marked_pids(m))
     driver.results["uid"] = os.getuid()
     return driver.results
 

@@ -111,18 +111,18 @@ _held: list[socket.socket] = []
 
 
 @tool
-def hold_tunnel(port: int) -> str:
-    """Open a CONNECT tunnel through the proxy and keep it (in this worker) past the call's end."""
-    proxy_port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
-    sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
-    sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    _held.append(sock)
-    return sock.recv(100).decode(errors="replace").split("\r\n")[0]
+def held_tunnel(step: str, port: int = 0) -> str:
+    """One tool for both steps, so they run in the same worker (a warm worker serves one tool).
 
-
-@tool
-def held_tunnel_state() -> str:
-    """What the tunnel kept by `hold_tunnel` says now: "closed" once the proxy dropped it."""
+    `open`: open a CONNECT tunnel to `port` through the proxy and keep it (in this worker) past the
+    call's end; its status line. `state`: what that tunnel says now, "closed" once the proxy dropped it.
+    """
+    if step == "open":
+        proxy_port = int(os.environ["http_proxy"].rsplit(":", 1)[1])
+        sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
+        sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+        _held.append(sock)
+        return sock.recv(100).decode(errors="replace").split("\r\n")[0]
     sock = _held.pop()
     sock.settimeout(5)
     try:
@@ -147,7 +147,6 @@ TOOLS = [
     curl,
     raw_connect,
     bad_handovers,
-    hold_tunnel,
-    held_tunnel_state,
+    held_tunnel,
     proxy_env,
 ]
