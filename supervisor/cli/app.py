@@ -27,11 +27,9 @@ from stockade.supervisor.cli.args import (
     duration_or_unlimited,
 )
 from stockade.supervisor.cli.exits import (
-    EXIT_API_ERROR,
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
-    EXIT_NO_API_KEY,
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
@@ -41,17 +39,7 @@ from stockade.supervisor.cli.terminal import for_terminal
 if TYPE_CHECKING:
     from stockade.supervisor.config.policy import PolicyConfig
 
-__all__ = [
-    "EXIT_API_ERROR",
-    "EXIT_FAILED",
-    "EXIT_INTERRUPTED",
-    "EXIT_NO_API_KEY",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "UsageError",
-    "load_config",
-    "main",
-]
+__all__ = ["DEFAULT_TOOLS_REF", "check_refs", "load_config", "main"]
 
 
 DEFAULT_TOOLS_REF = "stockade.tools.builtin:agent_toolset"

@@ -13,6 +13,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_USAGE",
     "UsageError",
+    "no_api_key",
 ]
 
 EXIT_OK = 0
@@ -27,3 +28,14 @@ EXIT_BROKEN_PIPE = 141
 
 class UsageError(SupervisorError):
     """The user asked for something impossible; the message says what (exit code 2)."""
+
+
+def no_api_key() -> int:
+    """Say that ANTHROPIC_API_KEY is missing and what to do; the exit code for it."""
+    import sys
+
+    print(
+        "stockade: error: ANTHROPIC_API_KEY is not set: export the key of the session's workspace",
+        file=sys.stderr,
+    )
+    return EXIT_NO_API_KEY

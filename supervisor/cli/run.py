@@ -20,9 +20,9 @@ from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import (
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
-    EXIT_NO_API_KEY,
     EXIT_OK,
     UsageError,
+    no_api_key,
 )
 from stockade.supervisor.cli.logs import Tap, setup_logging
 from stockade.supervisor.cli.report import CallReporter
@@ -199,11 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """`stockade run SESSION_ID`: serve the session's tool calls until it ends."""
     settings = ApiSettings.from_env()
     if settings.api_key is None:
-        print(
-            "stockade: error: ANTHROPIC_API_KEY is not set: export the key of the session's workspace",
-            file=sys.stderr,
-        )
-        return EXIT_NO_API_KEY
+        return no_api_key()
     config = load_config(args.policy)
     refs = check_refs(args.tools or [])
     if not [*config.tool_refs, *refs]:

@@ -18,7 +18,12 @@ from typing import Any
 
 import httpx
 from httpx_sse import SSEError, connect_sse
-from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_INTERRUPTED, EXIT_NO_API_KEY, EXIT_OK
+from stockade.supervisor.cli.exits import (
+    EXIT_API_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    no_api_key,
+)
 from stockade.supervisor.cli.terminal import for_terminal
 from stockade.supervisor.config.policy import ApiSettings
 from stockade.supervisor.errors import SupervisorError
@@ -138,11 +143,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     """`stockade tail SESSION_ID [--history] [--json]`."""
     settings = ApiSettings.from_env()
     if settings.api_key is None:
-        print(
-            "stockade: error: ANTHROPIC_API_KEY is not set: export the key of the session's workspace",
-            file=sys.stderr,
-        )
-        return EXIT_NO_API_KEY
+        return no_api_key()
     timeout = httpx.Timeout(30.0, read=READ_TIMEOUT_S)
     base_url = settings.base_url or DEFAULT_BASE_URL
     with httpx.Client(base_url=base_url, headers=_headers(settings.api_key), timeout=timeout) as client:
