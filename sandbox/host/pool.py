@@ -110,7 +110,9 @@ class Sandbox:
         this process's own `sys.path`, the current directory for `python -m`, outside the interpreter);
         workers see only copies of the referenced modules (`ImportFolder`), never those folders.
         `preload`: installed modules the zygote imports once for every worker (only ones that load from
-        the standard library or site-packages are imported: never a tool module or a writable folder)."""
+        the standard library or site-packages are imported: never a tool module or a writable folder).
+        `zygote`: False for exec'd workers, or a `SharedZygote` several sandboxes fork from (its own
+        preloads then apply, not `preload_modules` and `preload`)."""
         self.policies = dict(policies or {})
         self.default = default if default is not None else ResourcePolicy()
         writable = [p for pol in (self.default, *self.policies.values()) for p in _writable(pol)]
@@ -144,8 +146,12 @@ class Sandbox:
         # No subreaper here: the zygote is the forked workers' parent and reaps their orphans, so
         # nothing a tool leaves behind becomes a zombie of this (long-running) process.
         self._use_zygote = zygote is not False
-        self._shared_zygote = zygote if isinstance(zygote, SharedZygote) else None
-        self._preload = (*preload_modules, *preload)
+        self._owns_zygote = not isinstance(zygote, SharedZygote)
+        self._zygotes = (
+            zygote
+            if isinstance(zygote, SharedZygote)
+            else SharedZygote(zygote_env(self.marker), preload_modules, preload)
+        )
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
 
@@ -209,13 +215,6 @@ class Sandbox:
                 await self._change.wait()
         return None
 
-    async def _start_zygote(self) -> Zygote:
-        if self._shared_zygote is not None:
-            return await self._shared_zygote.get()
-        zygote = Zygote(zygote_env(self.marker), self._preload)
-        await zygote.start()
-        return zygote
-
     async def _ensure_zygote(self) -> Zygote | None:
         """The running zygote, started on first use; None (exec'd workers) if it cannot start."""
         async with self._zygote_lock:
@@ -224,7 +223,7 @@ class Sandbox:
             if self._zygote is not None and self._zygote.alive:
                 return self._zygote
             try:
-                self._zygote = await self._start_zygote()
+                self._zygote = await self._zygotes.get()
             except ZygoteError as exc:
                 log.warning("zygote_unavailable error=%s", exc)
                 self._use_zygote = False
@@ -492,8 +491,8 @@ class Sandbox:
             # Before the zygote closes: it reports the killed workers' exits and reaps their orphans.
             await asyncio.gather(*(self._discard(w, 0.0) for w in list(self._live)), return_exceptions=True)
         finally:
-            if self._zygote is not None and self._shared_zygote is None:
-                self._zygote.close()  # Synchronous: a cancelled close cannot skip it.
+            if self._owns_zygote:
+                self._zygotes.close()  # Synchronous: a cancelled close cannot skip it.
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
         for workdir in self._workdirs.values():

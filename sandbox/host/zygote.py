@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import msgspec
 from stockade.sandbox.wire.zygote import (
@@ -217,13 +218,21 @@ class Zygote:
 
 
 class SharedZygote:
-    """One zygote for several sandboxes (`stockade serve`: one sandbox per session), so that its start
-    and its preloaded libraries are paid once. Each sandbox still has its own workers, workdirs, uids
-    and sweeps; only the forking parent is shared. Started on first use, restarted if it died."""
+    """The zygote a sandbox forks from, started on first use and restarted if it died. A sandbox makes
+    its own; `stockade serve` gives one to all its sessions' sandboxes, so that its start and its
+    preloaded libraries are paid once. Each sandbox still has its own workers, workdirs, uids and
+    sweeps; only the forking parent is shared."""
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = TRUSTED_PRELOAD) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
+        preload: Sequence[str] = (),
+    ) -> None:
+        """`preload_modules` are imported as they are (stockade's trusted toolset); `preload` names
+        installed libraries, imported only if they load from the standard library or site-packages."""
         self._env = env
-        self._preload = preload
+        self._preload = (*preload_modules, *preload)
         self._zygote: Zygote | None = None
         self._lock: asyncio.Lock | None = None
 

@@ -61,7 +61,7 @@ class WorkServer:
         self._failures = 0
         # One zygote for every session served: its start and preloaded libraries are paid once, while
         # each session keeps its own sandbox (workers, workdirs, uids).
-        self._zygote = SharedZygote(zygote_env(f"serve-{self.worker_id}"))
+        self._zygote = SharedZygote(zygote_env(f"serve-{self.worker_id}"), preload=settings.runner["preload"])
 
     async def serve(self, drain: asyncio.Event) -> None:
         """Serve items until `drain` is set, then let the running ones finish."""

@@ -71,3 +71,18 @@ def test_only_modules_of_the_installed_environment_qualify(tmp_path: Path, monke
     tried: set[str] = set()
     zygote._preload(("planted_preload",), tried)  # refused, never executed
     assert tried == {"planted_preload"}
+
+
+def test_a_shared_zygote_preloads_what_it_was_given_for_every_sandbox_on_it() -> None:
+    # `stockade serve` hands one zygote to every session's sandbox: `[run] preload` is that zygote's.
+    from stockade.sandbox import SharedZygote, zygote_env
+
+    shared = SharedZygote(zygote_env("test-shared"), preload=("json.tool",))
+
+    async def scenario(sandbox: Sandbox) -> None:
+        assert await _text(sandbox, "json_loaded", "s0") == "yes"
+
+    try:
+        kit.in_sandbox(scenario, default=FRESH, zygote=shared)
+    finally:
+        shared.close()
