@@ -68,15 +68,14 @@ log = logging.getLogger(__name__)
 
 PoolKey = tuple[str, str, ResourcePolicy]
 """(tool name, reference, policy): the workers of one pool serve that tool only."""
-ThreadKey = tuple[str, str, ResourcePolicy, str]
-"""A pool key and a session thread: the worker pinned to that tool in that thread."""
+ThreadKey = tuple[str, str, ResourcePolicy, str | None, str | None]
+"""A pool key, a session and a session thread (`None`: the primary thread): the worker pinned to
+that tool in that thread."""
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
 SDK_PRELOAD = ("anthropic",)
 """Preloaded in the zygote once a described reference turns out to import the SDK (its tools are
 `beta_tool`s): a worker then forks with it imported instead of paying ~1.3 s of CPU for it."""
-PRIMARY_THREAD = ""
-"""The pin key of a session's primary thread, whose calls carry no thread id."""
 
 
 class ToolLoadFailed(SandboxError):
@@ -347,8 +346,13 @@ class Sandbox:
 
     # Calls
 
-    async def run(self, request: CallRequest, thread: str | None = None) -> ToolOutcome:
+    async def run(
+        self, request: CallRequest, thread: str | None = None, *, session: str | None = None
+    ) -> ToolOutcome:
         """Run one call to its outcome; never raises for tool misbehaviour.
+
+        `thread` is the call's session thread (`None`: the primary thread), which the tool sees as
+        `ctx.thread`; `session` tells apart the threads of sessions that share this sandbox.
 
         If the awaiting task is cancelled, the call's tree is killed and CancelledError propagates.
         """
@@ -357,7 +361,7 @@ class Sandbox:
         self._imports.add((request.ref,))  # a no-op for a described reference
         if policy.worker_lifetime == "thread":
             # The primary thread (no thread id) is a thread too: its bash keeps its shell between calls.
-            pin = (*key, thread or PRIMARY_THREAD)
+            pin = (*key, session, thread)
             async with self._thread_locks.setdefault(pin, asyncio.Lock()):
                 return await self._run_pinned(pin, request)
         try:
@@ -377,7 +381,7 @@ class Sandbox:
                 worker = self._pinned[key] = await self._spawn(key[:3])
             except WorkerStartError as exc:
                 return start_failure(request.name, exc)
-        return await self._call(worker, request, key[3], pinned=True)
+        return await self._call(worker, request, key[4], pinned=True)
 
     async def _call(
         self, worker: WorkerProcess, request: CallRequest, thread: str | None, pinned: bool
@@ -474,10 +478,9 @@ class Sandbox:
             self._zygote.want(SDK_PRELOAD)
         return reply.tools
 
-    async def end_thread(self, thread: str | None) -> None:
-        """Kill the workers pinned to session thread `thread` (`None`: the primary thread)."""
-        thread = thread or PRIMARY_THREAD
-        for key in [key for key in self._pinned if key[3] == thread]:
+    async def end_thread(self, thread: str | None, *, session: str | None = None) -> None:
+        """Kill the workers pinned to session thread `thread` (`None`: the primary thread) of `session`."""
+        for key in [key for key in self._pinned if key[3:] == (session, thread)]:
             await self._discard(self._pinned[key], 0.0)
             self._thread_locks.pop(key, None)
 

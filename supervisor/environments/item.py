@@ -119,10 +119,12 @@ class _CountingSandbox(Sandbox):
 
     busy = 0
 
-    async def run(self, request: CallRequest, thread: str | None = None) -> ToolOutcome:
+    async def run(
+        self, request: CallRequest, thread: str | None = None, *, session: str | None = None
+    ) -> ToolOutcome:
         self.busy += 1
         try:
-            return await super().run(request, thread)
+            return await super().run(request, thread, session=session)
         finally:
             self.busy -= 1
 

@@ -1,8 +1,10 @@
 """Running calls: one per session thread, at most `max_concurrent_calls` at once (rules I1, J2, E3, M2).
 
-Each call runs in its own task. The sandbox call inside it is a separate task so that it can be
-cancelled (the sandbox then kills the worker's tree) while the call's task goes on to post the
-"stopped" result. An outer deadline backs up the sandbox's own wall-clock timeout.
+Each call runs in its own task, owned by `RunningCalls` (it cancels and awaits what is left in
+`wait_all`). The sandbox call inside it is a separate task so that it can be cancelled (the sandbox
+then kills the worker's tree) while the call's task goes on to post the "stopped" result. An outer
+deadline backs up the sandbox's own wall-clock timeout. A finished call comes up as a value on
+`finished()`: the loop that started it reads that and acts; nothing here calls back into the loop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Literal
 
 from stockade.sandbox.outcome import ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait, settle
 
 __all__ = ["OUTER_DEADLINE_MARGIN_S", "RunningCall", "RunningCalls", "ToolEnd", "outer_deadline_s"]
 
@@ -53,13 +56,17 @@ class RunningCall:
 
 
 class RunningCalls:
-    """The running calls, keyed by thread (`None` is the primary thread)."""
+    """The running calls, keyed by thread (`None` is the primary thread); the owner of their tasks."""
 
-    def __init__(self, limit: int | None, after_each: Callable[[], None]) -> None:
+    def __init__(self, limit: int | None) -> None:
         self._limit = math.inf if limit is None else limit
-        self._after_each = after_each
         self._by_thread: dict[str | None, RunningCall] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._finished: asyncio.Queue[RunningCall] = asyncio.Queue()
+
+    async def finished(self) -> RunningCall:
+        """The next call to finish (its thread, and a slot, are free again)."""
+        return await self._finished.get()
 
     def threads(self) -> set[str | None]:
         return set(self._by_thread)
@@ -79,7 +86,7 @@ class RunningCalls:
             await body(running)
         finally:
             del self._by_thread[running.thread]
-            self._after_each()
+            self._finished.put_nowait(running)
 
     def stop_tools_if(self, condition: Callable[[str], bool]) -> None:
         for running in self._by_thread.values():
@@ -96,8 +103,7 @@ class RunningCalls:
         for task in pending:
             log.warning("call_abandoned task=%s", task.get_name())
             task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await settle(*pending)
 
     @staticmethod
     async def run_tool(
@@ -109,8 +115,7 @@ class RunningCalls:
             task.cancel()
         done, _ = await asyncio.wait({task}, timeout=deadline_s)
         if not done:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await cancel_and_wait(task)
             return "timed_out"
         if task.cancelled():
             return "stopped"

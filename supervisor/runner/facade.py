@@ -24,11 +24,11 @@ from typing import Any
 import anthropic
 from stockade.sandbox import Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
 from stockade.supervisor.runner.gate import ConfirmationRule
 from stockade.supervisor.runner.journal import Journal
 from stockade.supervisor.runner.loop import DRAIN_TIMEOUT_S, LoopConfig, SessionLoop
-from stockade.supervisor.runner.post import SendFn, sender
 from stockade.supervisor.runner.records import CallRecord, RunEnd
 from stockade.supervisor.runner.stream import SessionReader
 
@@ -154,18 +154,19 @@ class SessionRunner:
         queue: asyncio.Queue[CallRecord | None] = asyncio.Queue()
         task = asyncio.create_task(self._drive(queue.put_nowait))
         task.add_done_callback(lambda _: queue.put_nowait(None))
+        # The iterator owns the run's task: nothing may outlive it, even when it is cancelled itself.
         try:
             while (record := await queue.get()) is not None:
                 yield record
             await task
         finally:
-            if not task.done():
-                self.abort()
-                await asyncio.wait({task}, timeout=DRAIN_TIMEOUT_S)
-            if not task.done():
-                # The abort's own bounds ran out; nothing may outlive the iterator.
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+            try:
+                if not task.done():
+                    self.abort()
+                    await asyncio.wait({task}, timeout=DRAIN_TIMEOUT_S)
+            finally:
+                # The abort's own bounds ran out (or this iterator is being cancelled).
+                await cancel_and_wait(task)
 
     async def _drive(self, sink: Callable[[CallRecord], None]) -> RunEnd:
         self._loop, self._abort = asyncio.get_running_loop(), asyncio.Event()
@@ -181,20 +182,29 @@ class SessionRunner:
                 except BaseException:
                     await reader.discard_prefetch()
                     raise
-                loop = SessionLoop(
-                    config,
-                    reader=reader,
-                    send=_sender(client, self.session_id),
-                    sandbox=sandbox,
-                    emit=lambda record: self._emit(record, sink),
-                    on_event=self._fire_on_event,
-                )
-                end = await loop.run(self._abort)
+                loop = SessionLoop(config, reader=reader, client=client, sandbox=sandbox)
+                end = await self._run_loop(loop, sink)
                 if journal is not None and end.reason == "terminated":
                     journal.discard()  # a terminated session accepts no more results
                 return end
         finally:
             self._loop = self._abort = None
+
+    async def _run_loop(self, loop: SessionLoop, sink: Callable[[CallRecord], None]) -> RunEnd:
+        """Run `loop`, handing each of its reports to `sink` and the user's hooks as it comes."""
+        assert self._abort is not None
+        # This method owns the run's task: however it ends, the task has ended first.
+        run = asyncio.create_task(loop.run(self._abort), name=f"run-{self.session_id}")
+        try:
+            async for report in loop.reports():
+                if isinstance(report, CallRecord):
+                    self._emit(report, sink)
+                elif self._on_event is not None:
+                    _safely(self._on_event, report)
+            return await run
+        finally:
+            if not run.done():
+                await cancel_and_wait(run)
 
     @contextlib.asynccontextmanager
     async def _open_sandbox(self) -> AsyncIterator[Sandbox]:
@@ -246,10 +256,6 @@ class SessionRunner:
         if self._on_call is not None:
             _safely(self._on_call, record)
 
-    def _fire_on_event(self, event: dict[str, Any]) -> None:
-        if self._on_event is not None:
-            _safely(self._on_event, event)
-
 
 def _safely(callback: Callable[[Any], None], value: Any) -> None:
     """A failing callback is the caller's bug: it is logged and must not end the run."""
@@ -272,8 +278,3 @@ def _async_client(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> ant
         default_headers=dict(client._custom_headers),
         default_query=dict(client._custom_query),
     )
-
-
-def _sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
-    """Posts one result event (rule K1); an unparseable 2xx is transient (see `post.sender`)."""
-    return sender(client, session_id)

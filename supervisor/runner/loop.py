@@ -3,6 +3,10 @@
 `SessionLoop.run()` reads connection after connection until the session terminates, the idle stop
 fires, or the run is aborted. The view is rebuilt from the full history on every connection; the
 sets of handled and held call ids live for the whole run, so no call ever runs twice (E2).
+
+Nothing here calls back upward: a finished call comes up from `RunningCalls.finished()` and is acted
+on in the one driving loop (every wait of the reader also watches it, `_acting_until`); call records
+and live events go up on `reports()`, which the façade reads and hands to the user's hooks.
 """
 
 from __future__ import annotations
@@ -11,12 +15,14 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+import anthropic
 from stockade.sandbox import CallRequest, Sandbox, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait, settle
 from stockade.supervisor.errors import ReconnectLimitExceeded
 from stockade.supervisor.runner.calls import RunningCall, RunningCalls, ToolEnd, outer_deadline_s
 from stockade.supervisor.runner.gate import ConfirmationRule, Decision, NextCalls, confirmation_of, decide
@@ -27,7 +33,7 @@ from stockade.supervisor.runner.journal import (
     Recovery,
     journal_unreadable_text,
 )
-from stockade.supervisor.runner.post import ResultPoster, SendFn
+from stockade.supervisor.runner.post import ResultPoster
 from stockade.supervisor.runner.records import CallRecord, RunEnd
 from stockade.supervisor.runner.results import (
     ResultParams,
@@ -39,9 +45,9 @@ from stockade.supervisor.runner.results import (
 )
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, is_permanent, jitter_s
 from stockade.supervisor.runner.stream import Connection, SessionReader
-from stockade.supervisor.runner.view import SessionView, TrackedCall
+from stockade.supervisor.runner.view import Event, SessionView, TrackedCall
 
-__all__ = ["DRAIN_TIMEOUT_S", "STOPPED_TOOL_TIMEOUT_S", "LoopConfig", "SessionLoop"]
+__all__ = ["DRAIN_TIMEOUT_S", "STOPPED_TOOL_TIMEOUT_S", "LoopConfig", "Report", "SessionLoop"]
 
 STREAM_BACKOFF_START_S = 0.5
 STREAM_BACKOFF_CAP_S = 10.0
@@ -51,6 +57,10 @@ DRAIN_TIMEOUT_S = 30.0
 
 log = logging.getLogger(__name__)
 _Reconnect = Literal["failed", "idle_check"]
+_T = TypeVar("_T")
+
+Report = CallRecord | Event
+"""What a run reports, in order: a handled call's record, or a new live event."""
 
 
 @dataclass(frozen=True)
@@ -102,26 +112,23 @@ class IdleCountdown:
 
 
 class SessionLoop:
-    """Drives one run; `emit` receives each call record, `on_event` each new live event."""
+    """Drives one run; each call record and each new live event comes up on `reports()`."""
 
     def __init__(
         self,
         config: LoopConfig,
         *,
         reader: SessionReader,
-        send: SendFn,
+        client: anthropic.AsyncAnthropic,
         sandbox: Sandbox,
-        emit: Callable[[CallRecord], None],
-        on_event: Callable[[dict[str, Any]], None],
     ) -> None:
         self._config = config
         self._reader = reader
-        self._send = send
+        self._client = client
         self._sandbox = sandbox
-        self._emit = emit
-        self._on_event = on_event
+        self._reports: asyncio.Queue[Report | None] = asyncio.Queue()
         self._view = SessionView(config.require_confirmation)
-        self._running = RunningCalls(config.max_concurrent_calls, after_each=self._act)
+        self._running = RunningCalls(config.max_concurrent_calls)
         self._countdown = IdleCountdown(config.max_idle_s)
         self._stopping = asyncio.Event()
         self._connected = False
@@ -129,24 +136,36 @@ class SessionLoop:
         self._held: set[str] = set()
         self._next_calls = NextCalls(config.tools, config.require_confirmation)
         self._threads_used: set[str | None] = set()
+        # Owned here: `_shut_down` awaits every thread end before the run returns.
         self._thread_ends: set[asyncio.Task[None]] = set()
         self._delay_s = STREAM_BACKOFF_START_S
         self._failures = 0
         self._attempt = 0
 
+    async def reports(self) -> AsyncIterator[Report]:
+        """The run's reports as they come, until `run()` has ended."""
+        while (report := await self._reports.get()) is not None:
+            yield report
+
     async def run(self, abort: asyncio.Event) -> RunEnd:
         """Runs until the session ends, the idle stop fires, or `abort` is set; then shuts down (M2, M3)."""
+        try:
+            return await self._run(abort)
+        finally:
+            self._reports.put_nowait(None)
+
+    async def _run(self, abort: asyncio.Event) -> RunEnd:
         reader = asyncio.create_task(self._read_until_stop(), name="session-reader")
         aborted = asyncio.create_task(abort.wait(), name="session-abort")
+        # This method owns both tasks: however it ends, both have ended before it returns.
         try:
             await asyncio.wait({reader, aborted}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            aborted.cancel()
             was_aborted = not reader.done()
-            if was_aborted:
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
-            await self._shut_down(was_aborted)
+            try:
+                await cancel_and_wait(aborted, *([reader] if was_aborted else []))
+            finally:
+                await self._shut_down(was_aborted)
         return RunEnd("aborted") if was_aborted else reader.result()
 
     async def _shut_down(self, aborted: bool) -> None:
@@ -154,7 +173,7 @@ class SessionLoop:
         self._stopping.set()
         self._running.stop_tools_if(lambda _: True)
         await self._running.wait_all(STOPPED_TOOL_TIMEOUT_S + DRAIN_TIMEOUT_S if aborted else None)
-        await asyncio.gather(*self._thread_ends, return_exceptions=True)
+        await settle(*self._thread_ends)
         for thread in sorted(self._threads_used, key=str):
             await self._end_thread(thread)
 
@@ -169,12 +188,12 @@ class SessionLoop:
                 limit = self._config.max_reconnects
                 if limit is not None and self._failures > limit:
                     raise ReconnectLimitExceeded(limit)
-            await asyncio.sleep(jitter_s(self._delay_s))
+            await self._acting_until(asyncio.sleep(jitter_s(self._delay_s)))
             self._delay_s = min(self._delay_s * 2, STREAM_BACKOFF_CAP_S)
 
     async def _read_connection(self) -> RunEnd | _Reconnect:
         try:
-            connection = await self._reader.open(self._attempt)
+            connection = await self._acting_until(self._reader.open(self._attempt))
         except REQUEST_ERRORS as exc:
             return self._on_read_error(exc)
         finally:
@@ -215,15 +234,16 @@ class SessionLoop:
 
     async def _read_stream(self, connection: Connection) -> RunEnd | _Reconnect:
         timer = asyncio.timeout(None)
+        events = connection.events()
         try:
             async with timer:
                 self._countdown.bind(timer)
-                async for event in connection.events():
+                while (event := await self._acting_until(anext(events, None))) is not None:
                     self._delay_s, self._failures = STREAM_BACKOFF_START_S, 0
                     if self._view.has_seen(event):
                         continue
                     self._view.apply(event, time.monotonic())
-                    self._on_event(event)
+                    self._reports.put_nowait(event)
                     if self._view.ended:
                         return RunEnd("terminated", event)
                     self._act()
@@ -235,6 +255,25 @@ class SessionLoop:
         finally:
             self._countdown.bind(None)
         return "failed"
+
+    async def _acting_until(self, awaitable: Awaitable[_T]) -> _T:
+        """The result of `awaitable`; meanwhile, each call that finishes is acted on (it freed its
+        thread and a slot, so a next call may start), one `_act` per finished call."""
+        main = asyncio.ensure_future(awaitable)
+        try:
+            while not main.done():
+                finished = asyncio.ensure_future(self._running.finished())
+                try:
+                    await asyncio.wait({main, finished}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not finished.done():
+                        await cancel_and_wait(finished)
+                if finished.done() and not finished.cancelled():
+                    self._act()
+            return main.result()
+        finally:
+            if not main.done():
+                await cancel_and_wait(main)
 
     def _act(self) -> None:
         """Start, report or hold what the view allows; stop tools whose result is no longer wanted.
@@ -301,7 +340,8 @@ class SessionLoop:
         if self._view.has_terminated(call.thread):
             log.info("result_not_posted reason=thread_terminated tool_use_id=%s", call.id)
         else:
-            result, posted = await ResultPoster(self._send, event, self._stopping).post(result)
+            poster = ResultPoster(self._client, self._reader.session_id, event, self._stopping)
+            result, posted = await poster.post(result)
             if posted:
                 await self._journal("posted", event, result)
         outcome = None if end is None or isinstance(end, str | Exception) else end
@@ -382,15 +422,15 @@ class SessionLoop:
             ref=info.ref,
             input=dict(raw_input) if isinstance(raw_input, dict) else {},
         )
-        return await RunningCalls.run_tool(
-            running, self._sandbox.run(request, thread=self._worker_key(running.thread)), deadline_s
-        )
+        # Pinned workers are per session and thread: sessions may share one sandbox.
+        tool = self._sandbox.run(request, thread=running.thread, session=self._reader.session_id)
+        return await RunningCalls.run_tool(running, tool, deadline_s)
 
     def _report(
         self, call: TrackedCall, result: ResultParams | None, *, posted: bool, executed: bool, outcome: Any
     ) -> None:
         decision: Decision = "deny" if call.is_denied() else "run"
-        self._emit(
+        self._reports.put_nowait(
             CallRecord(
                 event=dict(call.event or {}),
                 result=result,
@@ -414,14 +454,9 @@ class SessionLoop:
                 self._thread_ends.add(task)
                 task.add_done_callback(self._thread_ends.discard)
 
-    def _worker_key(self, thread: str | None) -> str:
-        """The sandbox's key for a session thread's pinned workers: unique across the sessions that
-        share one sandbox, and set for the primary thread too (its bash keeps its shell)."""
-        return f"{self._reader.session_id}/{thread or 'primary'}"
-
     async def _end_thread(self, thread: str | None) -> None:
         try:
-            await self._sandbox.end_thread(self._worker_key(thread))
+            await self._sandbox.end_thread(thread, session=self._reader.session_id)
         except Exception as exc:
             log.warning("end_thread_failed thread=%s error=%r", thread, exc)
 

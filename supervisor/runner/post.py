@@ -14,7 +14,6 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import anthropic
 from stockade.supervisor.runner.results import ResultParams, error_result, refused_text
@@ -28,37 +27,30 @@ from stockade.supervisor.runner.retry import (
 )
 from stockade.supervisor.runner.view import Event
 
-__all__ = ["SEND_BACKOFF_CAP_S", "SEND_RETRY_WINDOW_S", "ResultPoster", "SendFn", "sender"]
+__all__ = ["SEND_BACKOFF_CAP_S", "SEND_RETRY_WINDOW_S", "ResultPoster"]
 
 SEND_BACKOFF_CAP_S = 30.0
 # From its first attempt, how long a failing send may delay a stopping run (a work item's lease TTL).
 SEND_RETRY_WINDOW_S = 300.0
 _SUBSTITUTED_STATUSES = frozenset({400, 413})
 
-SendFn = Callable[[ResultParams, float], Awaitable[None]]
-"""Sends one result event, bounded by the given timeout in seconds; raises the API's errors."""
-
 log = logging.getLogger(__name__)
 
 
-def sender(client: anthropic.AsyncAnthropic, session_id: str) -> SendFn:
-    """Posts one result event per request (rule K1); an unparseable 2xx raises `NonJSONResponse`."""
-
-    async def send(result: ResultParams, timeout_s: float) -> None:
-        raw = client.beta.sessions.events.with_raw_response
-        call = raw.send(session_id, events=[result], timeout=timeout_s)  # type: ignore[list-item]
-        json_object(await asyncio.wait_for(call, timeout_s))
-
-    return send
-
-
 class ResultPoster:
-    """Posts the result of one call; all its sends share one attempt counter and one retry window."""
+    """Posts the result of one call to session `session_id` through `client`; all its sends share one
+    attempt counter and one retry window."""
 
     def __init__(
-        self, send: SendFn, call: Event, stopping: asyncio.Event, window_s: float = SEND_RETRY_WINDOW_S
+        self,
+        client: anthropic.AsyncAnthropic,
+        session_id: str,
+        call: Event,
+        stopping: asyncio.Event,
+        window_s: float = SEND_RETRY_WINDOW_S,
     ) -> None:
-        self._send_fn = send
+        self._client = client
+        self._session_id = session_id
         self._call = call
         self._stopping = stopping
         self._window_s = window_s
@@ -84,7 +76,7 @@ class ResultPoster:
         while True:
             attempt = next(self._attempts)
             try:
-                await self._send_fn(result, request_timeout_s(attempt))
+                await self._send_once(result, request_timeout_s(attempt))
                 return None
             except REQUEST_ERRORS as exc:
                 log.warning(
@@ -92,6 +84,12 @@ class ResultPoster:
                 )
                 if is_permanent(exc) or not await self._wait_to_retry(attempt):
                     return exc
+
+    async def _send_once(self, result: ResultParams, timeout_s: float) -> None:
+        """One POST of one result event (rule K1); an unparseable 2xx raises `NonJSONResponse`."""
+        raw = self._client.beta.sessions.events.with_raw_response
+        call = raw.send(self._session_id, events=[result], timeout=timeout_s)  # type: ignore[list-item]
+        json_object(await asyncio.wait_for(call, timeout_s))
 
     async def _wait_to_retry(self, attempt: int) -> bool:
         """Sleeps before the next attempt; False once a stopping run's window has ended."""

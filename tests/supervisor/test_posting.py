@@ -91,13 +91,10 @@ def test_a_stopping_run_retries_until_its_window_ends_then_gives_up(emulator: Em
     event = next(e for e in emulator.events(sid) if e["id"] == "tu_1")
     client = anthropic.AsyncAnthropic(api_key=API_KEY, base_url=emulator.base_url, max_retries=0)
 
-    async def send(result: dict[str, object], timeout_s: float) -> None:
-        await client.beta.sessions.events.send(sid, events=[result], timeout=timeout_s)  # type: ignore[list-item]
-
     async def main() -> tuple[dict[str, object], bool]:
         stopping = asyncio.Event()
         stopping.set()
-        poster = ResultPoster(send, event, stopping, window_s=1.0)
+        poster = ResultPoster(client, sid, event, stopping, window_s=1.0)
         return await poster.post(build_result(event, [{"type": "text", "text": "x"}], is_error=False))
 
     _, posted = asyncio.run(main())
