@@ -139,6 +139,7 @@ class Sandbox:
         """Workers being created, not yet in `_live` (they wait for the zygote): they take room too."""
         self._max_workers = max_workers
         self._change = asyncio.Event()
+        # Owned here: `aclose` cancels and awaits them (a gather: this task's own cancel still propagates).
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
         self._closed = False

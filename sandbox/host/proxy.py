@@ -48,6 +48,7 @@ from stockade.sandbox.netrules import (
     target_address,
 )
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait
 
 __all__ = ["PROXY_SOCKET_ENV", "CallNet", "EgressProxy", "host_addresses", "socket_path_for"]
 
@@ -242,9 +243,7 @@ class EgressProxy:
                 # Upstream's end ends the exchange; the client's end only half-closes it.
                 await pumps[1]
             finally:
-                for pump in pumps:
-                    pump.cancel()
-                await asyncio.gather(*pumps, return_exceptions=True)
+                await cancel_and_wait(*pumps)
         finally:
             up_writer.close()
 

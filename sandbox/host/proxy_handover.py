@@ -64,6 +64,7 @@ class HandoverServer:
         self.limit = limit
         self.max_open = max_open
         self._listener: socket.socket | None = None
+        # Owned here: `close` cancels them (synchronous: they end on the loop's next turns).
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:

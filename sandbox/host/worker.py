@@ -39,6 +39,7 @@ from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.cage import Cage
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
@@ -411,9 +412,7 @@ class WorkerProcess:
             )
         finally:
             if not read.done():
-                read.cancel()
-                with contextlib.suppress(BaseException):
-                    await read
+                await cancel_and_wait(read)
         if read in done:
             return await self._reply_of(read)
         if self.exited.done():

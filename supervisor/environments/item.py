@@ -32,8 +32,9 @@ import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
 import msgspec
 from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import cancel_and_wait, settle
 from stockade.supervisor.config.runner_args import RunnerArgs
-from stockade.supervisor.environments.lease import Lease, cancel_and_wait
+from stockade.supervisor.environments.lease import Lease
 from stockade.supervisor.environments.memory import (
     DEFAULT_SYNC_INTERVAL_S,
     FLUSH_TIMEOUT_S,
@@ -155,6 +156,7 @@ class ServedItem:
         )
         self._memory: SessionMemory | None = None
         self._clean_end = False
+        # Owned here: `_run_session` awaits them before the last flush.
         self._memory_tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(self._client, settings.environment_id, self.work_id)
         self._workdir = settings.workdir_root / self.work_id
@@ -198,10 +200,12 @@ class ServedItem:
                 await self._bounded(memory.finish(), "final memory sync")
         finally:
             if memory is not None:
-                await asyncio.gather(*self._memory_tasks, return_exceptions=True)
-                # An error or cancel still gets a bounded push-only flush.
-                await self._bounded(memory.flush(), "memory flush")
-                memory.dispose()
+                try:
+                    await settle(*self._memory_tasks)
+                finally:
+                    # An error or cancel still gets a bounded push-only flush.
+                    await self._bounded(memory.flush(), "memory flush")
+                    memory.dispose()
 
     async def _bounded(self, work: Any, name: str) -> None:
         try:
@@ -267,8 +271,8 @@ class ServedItem:
                 if not run.done():
                     await self._end_run(runner, run, sandbox)
             finally:
-                ended.cancel()
-                draining.cancel()
+                # `_end_run` ended `run` unless this task is being cancelled: then it goes too.
+                await cancel_and_wait(ended, draining, run)
             self._log_end(run)
 
     async def _end_run(
@@ -283,8 +287,7 @@ class ServedItem:
         await asyncio.wait({run}, timeout=RUNNER_STOP_TIMEOUT_S)
         if not run.done():
             log.error("runner_stop_timeout work_id=%s", self.work_id)
-            run.cancel()
-            await asyncio.gather(run, return_exceptions=True)
+            await cancel_and_wait(run)
 
     async def _wait_for_calls(self, sandbox: _CountingSandbox, run: asyncio.Task[RunEnd]) -> None:
         """While draining: wait up to the grace for running calls (and their posts) to finish."""

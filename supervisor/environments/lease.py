@@ -11,7 +11,6 @@ retried with jittered backoff until the lease would expire, after which it count
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import Literal
@@ -19,7 +18,7 @@ from typing import Literal
 import anthropic
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, backoff_s, is_permanent, jitter_s
 
-__all__ = ["HEARTBEAT_INTERVAL_CAP_S", "Lease", "LeaseEnd", "cancel_and_wait"]
+__all__ = ["HEARTBEAT_INTERVAL_CAP_S", "Lease", "LeaseEnd"]
 
 NO_HEARTBEAT = "NO_HEARTBEAT"
 # Heartbeat every min(ttl / 2, this): the SDK's worker does the same, so a lease survives one lost beat.
@@ -100,10 +99,3 @@ class Lease:
 
 def _precondition_failed(exc: BaseException) -> bool:
     return isinstance(exc, anthropic.APIStatusError) and exc.status_code == 412
-
-
-async def cancel_and_wait(task: asyncio.Task[None]) -> None:
-    """Cancel `task` and wait for it to finish."""
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

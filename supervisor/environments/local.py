@@ -22,6 +22,7 @@ from typing import Any
 import anthropic
 import msgspec
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.tasks import settle
 from stockade.supervisor.config.policy import PolicyConfig
 from stockade.supervisor.environments.memory import (
     FLUSH_TIMEOUT_S,
@@ -63,6 +64,7 @@ class LocalResources:
         self._made: list[Path] = []
         self._skill_dirs: list[Path] = []
         self._memory: SessionMemory | None = None
+        # Owned here: awaited before the final sync and in `_close`.
         self._tasks: set[asyncio.Task[None]] = set()
 
     def run(self, make_runner: RunnerFactory) -> Any:
@@ -79,7 +81,7 @@ class LocalResources:
             ended = await runner.until_done()
             # Only after a clean end: the final sync sends deletions without waiting to confirm them.
             if self._memory is not None and ended.reason != "aborted":
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+                await settle(*self._tasks)
                 await _bounded(self._memory.finish(), "final memory sync")
             return ended
         finally:
@@ -154,15 +156,19 @@ class LocalResources:
             self._soon(_bounded(self._memory.flush(), "idle memory flush"))
 
     async def _close(self) -> None:
-        if self._memory is not None:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            # An error or an abort still gets a bounded push-only flush.
-            await _bounded(self._memory.flush(), "memory flush")
-            self._memory.dispose()
-        remove_skills(self._skill_dirs)
-        for path in self._made:
-            shutil.rmtree(path, ignore_errors=True)
-        await self._client.close()
+        try:
+            if self._memory is not None:
+                try:
+                    await settle(*self._tasks)
+                finally:
+                    # An error or an abort still gets a bounded push-only flush.
+                    await _bounded(self._memory.flush(), "memory flush")
+                    self._memory.dispose()
+        finally:
+            remove_skills(self._skill_dirs)
+            for path in self._made:
+                shutil.rmtree(path, ignore_errors=True)
+            await self._client.close()
 
 
 async def _bounded(work: Any, name: str) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import anthropic
 from stockade.sandbox import SharedZygote, zygote_env
+from stockade.sandbox.tasks import cancel_and_wait, settle
 from stockade.supervisor.environments.item import ItemSettings, ServedItem
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, backoff_s, is_permanent, jitter_s
 
@@ -57,6 +58,7 @@ class WorkServer:
         self._client = anthropic.AsyncAnthropic(
             api_key=settings.environment_key, base_url=settings.base_url, default_headers=_HELPER_HEADERS
         )
+        # Owned here: `serve` awaits every item before it returns.
         self._items: set[asyncio.Task[None]] = set()
         self._failures = 0
         # One zygote for every session served: its start and preloaded libraries are paid once, while
@@ -78,10 +80,12 @@ class WorkServer:
                 self._start(ServedItem(self._settings, item, self._client, self._zygote), drain, slots)
         finally:
             log.info("serve_draining running_items=%d", len(self._items))
-            await asyncio.gather(*self._items, return_exceptions=True)
-            self._zygote.close()
-            await self._client.close()
-            log.info("serve_end environment_id=%s", self._settings.environment_id)
+            try:
+                await settle(*self._items)
+            finally:
+                self._zygote.close()
+                await self._client.close()
+                log.info("serve_end environment_id=%s", self._settings.environment_id)
 
     def _start(self, item: ServedItem, drain: asyncio.Event, slots: asyncio.Semaphore) -> None:
         task = asyncio.create_task(item.serve(drain), name=f"item-{item.work_id}")
@@ -128,9 +132,6 @@ async def _first(awaitable: Any, drain: asyncio.Event) -> Any:
     try:
         await asyncio.wait({task, draining}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        draining.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return None
+        pending = not task.done()
+        await cancel_and_wait(draining, *([task] if pending else []))
+    return None if pending else task.result()

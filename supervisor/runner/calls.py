@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from stockade.sandbox.outcome import ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.tasks import cancel_and_wait, settle
+from stockade.sandbox.tasks import cancel_and_wait
 
 __all__ = ["OUTER_DEADLINE_MARGIN_S", "RunningCall", "RunningCalls", "ToolEnd", "outer_deadline_s"]
 
@@ -96,14 +96,18 @@ class RunningCalls:
                 running.stop()
 
     async def wait_all(self, timeout_s: float | None = None) -> None:
-        """Waits for every call task; after `timeout_s` the rest are cancelled (their posts abandoned)."""
-        if not self._tasks:
+        """Waits for every call task; after `timeout_s`, or when the waiting task is cancelled, the
+        rest are cancelled (their posts abandoned) and awaited: no call task outlives its owner."""
+        tasks = set(self._tasks)
+        if not tasks:
             return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
-        for task in pending:
-            log.warning("call_abandoned task=%s", task.get_name())
-            task.cancel()
-        await settle(*pending)
+        try:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        finally:
+            pending = [task for task in tasks if not task.done()]
+            for task in pending:
+                log.warning("call_abandoned task=%s", task.get_name())
+            await cancel_and_wait(*pending)
 
     @staticmethod
     async def run_tool(

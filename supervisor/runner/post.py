@@ -16,6 +16,7 @@ import logging
 import time
 
 import anthropic
+from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.runner.results import ResultParams, error_result, refused_text
 from stockade.supervisor.runner.retry import (
     REQUEST_ERRORS,
@@ -98,7 +99,7 @@ class ResultPoster:
         try:
             await asyncio.wait({stopping}, timeout=delay_s)
         finally:
-            stopping.cancel()
+            await cancel_and_wait(stopping)
         if not self._stopping.is_set():
             return True
         window_end = self._began_at + self._window_s

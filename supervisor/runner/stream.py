@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import anthropic
 import httpx2  # the transport of anthropic 2.x
+from stockade.sandbox.tasks import raise_if_cancelling
 from stockade.supervisor.runner.defaults import HISTORY_PAGE_LIMIT
 from stockade.supervisor.runner.retry import NonJSONResponse, json_object, request_timeout_s
 from stockade.supervisor.runner.view import Event
@@ -73,6 +74,7 @@ class SessionReader:
         done = await asyncio.gather(first, return_exceptions=True)
         if isinstance(done[0], Connection):
             await done[0].close()
+        raise_if_cancelling()
 
     async def open(self, attempt: int) -> Connection:
         """Stream, then status, then all history; each read bounded by `request_timeout_s(attempt)`."""

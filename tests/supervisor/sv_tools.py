@@ -27,6 +27,12 @@ def slow(seconds: float = 1.0, mark: str = "") -> str:
 
 
 @tool
+def whose_thread(ctx: ToolContext) -> str:
+    """Return the call's session thread as the tool sees it (`repr`: `None` is the primary thread)."""
+    return repr(ctx.thread)
+
+
+@tool
 def boom(message: str = "kaput") -> str:
     """Raise RuntimeError(message)."""
     raise RuntimeError(message)

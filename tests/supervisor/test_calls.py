@@ -228,6 +228,19 @@ def test_subagent_result_is_posted_without_thread_id(emulator: Emulator) -> None
     ]
 
 
+def test_a_tool_sees_the_session_thread_id_or_none_for_the_primary_thread(emulator: Emulator) -> None:
+    steps = [
+        {"thread_running": "sthr_1"},
+        tool_use("tu_p", "whose_thread", input={}),
+        tool_use("tu_s", "whose_thread", input={}, thread="sthr_1"),
+        wait("tu_p", "tu_s"),
+        END,
+    ]
+    out = run_scenario(emulator, {"steps": steps}, tools=["sv_tools:whose_thread"], max_concurrent_calls=2)
+    texts = {e["tool_use_id"]: e["content"][0]["text"] for e in out.sent_bodies()}
+    assert texts == {"tu_p": "None", "tu_s": "'sthr_1'"}
+
+
 def test_terminated_thread_stops_its_call_and_posts_nothing(emulator: Emulator) -> None:
     steps = [
         {"thread_running": "sthr_1"},

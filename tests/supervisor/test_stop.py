@@ -150,6 +150,37 @@ def test_sigterm_aborts_the_run_cleanly(
     assert time.monotonic() - started < 15
 
 
+def test_cancelling_a_run_during_its_cleanup_raises_and_leaves_no_task(
+    emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
+    mark = tmp_path / "pid"
+    sid = emulator.add_session({"steps": [_slow_call(mark)]})  # type: ignore[arg-type]
+    # The stopped call's result never posts: the aborted run's cleanup retries it for minutes.
+    emulator.add_fault(sid, {"status": 503, "on": "send", "times": "always"})
+
+    async def main() -> tuple[asyncio.Task[Any], set[asyncio.Task[Any]]]:
+        client = anthropic.AsyncAnthropic(api_key="sk-test", base_url=emulator.base_url, max_retries=0)
+        policy = _writable(tmp_path)
+        runner = SessionRunner(client, sid, tools=["sv_tools:slow"], max_idle=None, default_policy=policy)
+        run = asyncio.create_task(runner.until_done())
+        async with asyncio.timeout(15):
+            while not (mark.exists() and mark.read_text()):
+                await asyncio.sleep(0.05)
+            runner.abort()
+            while not emulator.requests(sid, "send"):
+                await asyncio.sleep(0.05)
+        run.cancel()  # in the middle of the cleanup: the result's post is being retried
+        await asyncio.wait({run}, timeout=15)
+        return run, asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    run, left = asyncio.run(main())
+    assert run.done() and run.cancelled()
+    assert left == set()
+    pid = int(mark.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
 def test_async_iteration_yields_records_and_an_early_break_aborts_cleanly(emulator: Emulator) -> None:
     steps = [{"tool_use": "echo", "id": f"tu_{n}", "input": {"text": str(n)}} for n in range(3)]
     sid = emulator.add_session({"steps": [*steps, {"wait": "all", "timeout_s": 10}, END]})  # type: ignore[arg-type]
