@@ -1,10 +1,11 @@
 """Running calls: one per session thread, at most `max_concurrent_calls` at once (rules I1, J2, E3, M2).
 
-Each call runs in its own task, owned by `RunningCalls` (it cancels and awaits what is left in
-`wait_all`). The sandbox call inside it is a separate task so that it can be cancelled (the sandbox
-then kills the worker's tree) while the call's task goes on to post the "stopped" result. An outer
-deadline backs up the sandbox's own wall-clock timeout. A finished call comes up as a value on
-`finished()`: the loop that started it reads that and acts; nothing here calls back into the loop.
+Each call runs in its own task: the loop creates it and hands it to `RunningCalls`, which owns it
+(it cancels and awaits what is left in `wait_all`). The sandbox call inside it is a separate task so
+that it can be cancelled (the sandbox then kills the worker's tree) while the call's task goes on to
+post the "stopped" result. An outer deadline backs up the sandbox's own wall-clock timeout. A
+finished call comes up as a value on `finished()`: the loop reads that and acts; nothing here calls
+back into the loop.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,22 +72,23 @@ class RunningCalls:
     def threads(self) -> set[str | None]:
         return set(self._by_thread)
 
+    def has_room(self) -> bool:
+        return len(self._by_thread) < self._limit
+
     def can_start(self, thread: str | None) -> bool:
-        return thread not in self._by_thread and len(self._by_thread) < self._limit
+        return thread not in self._by_thread and self.has_room()
 
-    def start(self, call_id: str, thread: str | None, body: Callable[[RunningCall], Awaitable[None]]) -> None:
-        """Run `body` for the call in a new task; the caller checked `can_start`."""
-        running = self._by_thread[thread] = RunningCall(call_id, thread)
-        task = asyncio.create_task(self._run(running, body), name=f"call-{call_id}")
+    def start(self, running: RunningCall, task: asyncio.Task[None]) -> None:
+        """Own `task`, the work of call `running` (the caller checked `can_start`); once it has ended,
+        `running` comes up on `finished()`."""
+        self._by_thread[running.thread] = running
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._end(running, task))
 
-    async def _run(self, running: RunningCall, body: Callable[[RunningCall], Awaitable[None]]) -> None:
-        try:
-            await body(running)
-        finally:
-            del self._by_thread[running.thread]
-            self._finished.put_nowait(running)
+    def _end(self, running: RunningCall, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        del self._by_thread[running.thread]
+        self._finished.put_nowait(running)
 
     def stop_tools_if(self, condition: Callable[[str], bool]) -> None:
         for running in self._by_thread.values():

@@ -10,7 +10,7 @@ every tool and per-tool overrides (a policy file's `[defaults]` and `[tools.NAME
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Mapping
+from collections.abc import Collection, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -83,14 +83,19 @@ class NextCalls:
         self,
         view: SessionView,
         changed_threads: set[str | None],
-        can_start: Callable[[str | None], bool],
+        *,
+        room: bool,
+        busy: Container[str | None],
         handled: Container[str],
     ) -> dict[str, TrackedCall]:
-        """The next call of each thread of `view` that `can_start` a call, by id; `handled` ones are done."""
+        """The next call of each thread of `view` that may start one, by id: none without `room` for a
+        call, none for a `busy` thread (one of its calls is running); `handled` ones are done."""
+        if not room:
+            return {}
         self._settled -= changed_threads
         picked: dict[str, TrackedCall] = {}
         for thread in view.queued_threads():
-            if thread in self._settled or view.has_terminated(thread) or not can_start(thread):
+            if thread in self._settled or view.has_terminated(thread) or thread in busy:
                 continue
             call = self._first_runnable(view, thread, handled)
             if call is None:

@@ -284,7 +284,11 @@ class SessionLoop:
         if self._stopping.is_set():
             return
         changes = self._view.take_changes()
-        starts = self._next_calls.pick(self._view, changes.threads, self._can_start, self._handled)
+        room = self._connected and self._running.has_room()
+        busy = self._running.threads()
+        starts = self._next_calls.pick(
+            self._view, changes.threads, room=room, busy=busy, handled=self._handled
+        )
         for call in sorted({**{c.id: c for c in changes.calls}, **starts}.values(), key=lambda c: c.seq):
             if call.id not in self._handled:
                 self._act_on(call, may_start=call.id in starts)
@@ -292,9 +296,6 @@ class SessionLoop:
         self._end_terminated_threads()
         running = bool(self._running.threads())
         self._countdown.count_from(None if running else self._view.idle_since)
-
-    def _can_start(self, thread: str | None) -> bool:
-        return self._connected and self._running.can_start(thread)
 
     def _act_on(self, call: TrackedCall, *, may_start: bool) -> None:
         """`may_start`: the call is its thread's next (`NextCalls`); it starts if the limit still allows."""
@@ -318,7 +319,9 @@ class SessionLoop:
             self._handled.add(call.id)
             self._report(call, None, posted=False, executed=False, outcome=None)
         elif may_start and self._running.can_start(call.thread):
-            self._running.start(call.id, call.thread, lambda running: self._run_call(call, info, running))
+            running = RunningCall(call.id, call.thread)
+            task = asyncio.create_task(self._run_call(call, info, running), name=f"call-{call.id}")
+            self._running.start(running, task)
 
     async def _run_call(self, call: TrackedCall, info: ToolInfo, running: RunningCall) -> None:
         # Lets events read in the same burst resolve or deny the call first (M2).

@@ -121,12 +121,17 @@ def test_abort_from_another_thread_stops_the_tool_and_posts_its_result(
     assert out.elapsed_s < 15
 
 
+def _slow_session(emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """A session whose one call runs `slow` for a minute; the tool writes its pid to the path."""
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
+    mark = tmp_path / "pid"
+    return emulator.add_session({"steps": [_slow_call(mark)]}), mark  # type: ignore[arg-type]
+
+
 def test_sigterm_aborts_the_run_cleanly(
     emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
-    mark = tmp_path / "pid"
-    sid = emulator.add_session({"steps": [_slow_call(mark)]})  # type: ignore[arg-type]
+    sid, mark = _slow_session(emulator, tmp_path, monkeypatch)
     records: list[Any] = []
     policy = _writable(tmp_path)
     client = client_for(emulator)
@@ -153,9 +158,7 @@ def test_sigterm_aborts_the_run_cleanly(
 def test_cancelling_a_run_during_its_cleanup_raises_and_leaves_no_task(
     emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", NO_PIDNS)
-    mark = tmp_path / "pid"
-    sid = emulator.add_session({"steps": [_slow_call(mark)]})  # type: ignore[arg-type]
+    sid, mark = _slow_session(emulator, tmp_path, monkeypatch)
     # The stopped call's result never posts: the aborted run's cleanup retries it for minutes.
     emulator.add_fault(sid, {"status": 503, "on": "send", "times": "always"})
 
