@@ -217,6 +217,15 @@ def _add_verbose(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_connect_attempts(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--connect-attempts",
+        type=at_least_one,
+        metavar="N",
+        help="attempts to reach the API before the first good connection, then exit 4 (default: 5)",
+    )
+
+
 def _add_run(subs: Any) -> None:
     p = _sub(subs, "run", "serve a session's tool calls from sandboxed workers", _handler(_RUN, "cmd_run"))
     p.add_argument("session_id", nargs="?", metavar="SESSION_ID")
@@ -234,6 +243,7 @@ def _add_run(subs: Any) -> None:
         help='calls running at once, or "unlimited" (default: the policy file, else 1)',
     )
     p.add_argument("--json", action="store_true", help="one JSON line per call, then a summary line")
+    _add_connect_attempts(p)
     _add_verbose(p)
     _add_journal(p)
     add_skills_memory(p)
@@ -285,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("session_id", metavar="SESSION_ID")
     p.add_argument("--history", action="store_true", help="print the events already in the history first")
     p.add_argument("--json", action="store_true", help="print each event as a JSON line")
+    _add_connect_attempts(p)
     p = _sub(subs, "init", "write a commented starter stockade.toml", cmd_init)
     p.add_argument(
         "file", nargs="?", default="stockade.toml", metavar="FILE", help="default: ./stockade.toml"

@@ -117,14 +117,20 @@ def api_error_message(exc: Exception, *, session_id: str, base_url: str, key_env
     )
 
 
-def first_connection(client: Any, session_id: str, *, key_env: str = "ANTHROPIC_API_KEY") -> str | None:
-    """Retrieve the session once, retrying a failed connection `CONNECT_ATTEMPTS` times: None if it
+def first_connection(
+    client: Any,
+    session_id: str,
+    *,
+    key_env: str = "ANTHROPIC_API_KEY",
+    attempts: int = CONNECT_ATTEMPTS,
+) -> str | None:
+    """Retrieve the session once, trying a failed connection up to `attempts` times: None if it
     worked, else the one-line error to print. Only before the first success is the number bounded."""
     import anthropic
 
     base_url = str(client.base_url).rstrip("/")
     once = client.with_options(max_retries=0)
-    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+    for attempt in range(1, attempts + 1):
         try:
             once.beta.sessions.retrieve(session_id)
             return None
@@ -136,15 +142,15 @@ def first_connection(client: Any, session_id: str, *, key_env: str = "ANTHROPIC_
             error = exc
         except anthropic.APIError:
             return None  # it answered, if oddly (not JSON): the runner copes with what it says
-        if attempt < CONNECT_ATTEMPTS:
+        if attempt < attempts:
             print(
-                f"stockade: cannot reach {base_url} (attempt {attempt}/{CONNECT_ATTEMPTS}), retrying",
+                f"stockade: cannot reach {base_url} (attempt {attempt}/{attempts}), retrying",
                 file=sys.stderr,
                 flush=True,
             )
             time.sleep(CONNECT_BACKOFF_S * 2 ** (attempt - 1))
     message = api_error_message(error, session_id=session_id, base_url=base_url, key_env=key_env)
-    return f"{message} (gave up after {CONNECT_ATTEMPTS} attempts)"
+    return f"{message} (gave up after {attempts} attempts)"
 
 
 def _on_record(reporter: CallReporter) -> Callable[[str, dict[str, str]], None]:
@@ -215,7 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     reporter = CallReporter(json_lines=args.json, stream=sys.stdout, status=sys.stderr)
     if (warning := confirmation_warning(config)) is not None:
         print(f"stockade: warning: {warning}", file=sys.stderr, flush=True)
-    if (problem := first_connection(client, args.session_id)) is not None:
+    attempts = args.connect_attempts or CONNECT_ATTEMPTS
+    if (problem := first_connection(client, args.session_id, attempts=attempts)) is not None:
         reporter.error(problem)
         return EXIT_API_ERROR
     if any(ref.startswith(BUILTIN_PREFIX) for ref in [*config.tool_refs, *refs]):

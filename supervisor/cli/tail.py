@@ -110,8 +110,15 @@ def _stream(client: httpx.Client, session_id: str) -> Iterator[dict[str, Any]]:
             yield json.loads(sse.data)
 
 
-def follow(client: httpx.Client, session_id: str, *, history: bool = False) -> Iterator[dict[str, Any]]:
-    """Each new event of the session (history first, if asked), until it terminates."""
+def follow(
+    client: httpx.Client,
+    session_id: str,
+    *,
+    history: bool = False,
+    connect_attempts: int = CONNECT_ATTEMPTS,
+) -> Iterator[dict[str, Any]]:
+    """Each new event of the session (history first, if asked), until it terminates; a server never
+    reached is given up on after `connect_attempts` failed attempts."""
     seen: set[str] = set()
     if history:
         for event in _history(client, session_id):
@@ -132,7 +139,7 @@ def follow(client: httpx.Client, session_id: str, *, history: bool = False) -> I
                     return
         except (httpx.HTTPError, SSEError, ValueError) as exc:
             # A dropped, broken or stalled stream: reopen it; but a server never reached is given up on.
-            if not connected and failures + 1 >= CONNECT_ATTEMPTS:
+            if not connected and failures + 1 >= connect_attempts:
                 raise Unreachable(f"{type(exc).__name__}: {exc}") from None
             print(f"stockade: stream lost ({type(exc).__name__}), reconnecting", file=sys.stderr, flush=True)
         time.sleep(jitter_s(backoff_s(failures, cap_s=RECONNECT_CAP_S, base_s=0.5)))
@@ -148,7 +155,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
     base_url = settings.base_url or DEFAULT_BASE_URL
     with httpx.Client(base_url=base_url, headers=_headers(settings.api_key), timeout=timeout) as client:
         try:
-            for event in follow(client, args.session_id, history=args.history):
+            attempts = args.connect_attempts or CONNECT_ATTEMPTS
+            for event in follow(client, args.session_id, history=args.history, connect_attempts=attempts):
                 line = (
                     json.dumps(event, separators=(",", ":"))
                     if args.json

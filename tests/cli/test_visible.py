@@ -177,19 +177,21 @@ def test_an_unreachable_api_gives_up_with_exit_4_naming_the_url(run_cli):
     url = f"http://127.0.0.1:{_closed_port()}"
     started = time.monotonic()
     env = {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": url}
-    proc = run_cli("run", "sesn_x", "--tools", BUILTIN_TOOLS, env=env)
+    proc = run_cli("run", "sesn_x", "--tools", BUILTIN_TOOLS, "--connect-attempts", "2", env=env)
     assert proc.returncode == 4
     assert time.monotonic() - started < 30
     line = _one_error_line(proc)
-    assert url in line and "ANTHROPIC_BASE_URL" in line
+    assert url in line and "ANTHROPIC_BASE_URL" in line and "gave up after 2 attempts" in line
 
 
 @pytest.mark.timeout(60)
 def test_tail_of_an_unreachable_api_gives_up(run_cli):
     url = f"http://127.0.0.1:{_closed_port()}"
-    proc = run_cli("tail", "sesn_x", env={"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": url})
+    env = {"ANTHROPIC_API_KEY": API_KEY, "ANTHROPIC_BASE_URL": url}
+    proc = run_cli("tail", "sesn_x", "--connect-attempts", "2", env=env)
     assert proc.returncode == 4
     assert url in _one_error_line(proc)
+    assert proc.stderr.count("reconnecting") == 1  # two attempts: one retry, then it gives up
 
 
 def test_a_closed_stdout_gives_no_traceback(tmp_path):
