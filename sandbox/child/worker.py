@@ -185,10 +185,10 @@ class Worker:
                 roots=tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths)),
             )
             return self._ok(request, tool.invoke(request.input, ctx))
+        except (BadResult, ToolLoadError) as exc:  # Before ToolError, their root: the message is the error.
+            return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
         except ToolError as exc:
             return ToolFailed(request.call_id, type(exc).__name__, str(exc), blocks=exc.blocks())
-        except (BadResult, ToolLoadError) as exc:
-            return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
         except BaseException as exc:  # Any tool failure is reported, never fatal.
             return ToolFailed(
                 request.call_id, type(exc).__name__, error_text(exc), resource=_resource_of(exc)
