@@ -12,7 +12,7 @@ import signal
 from typing import Any, Literal
 
 import msgspec
-from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.policy import Resource, ResourcePolicy
 
 __all__ = [
     "Completed",
@@ -131,7 +131,7 @@ class Crashed(_Outcome, frozen=True, tag="crashed"):
         return text
 
 
-_UNITS = {
+_UNITS: dict[Resource, str] = {
     "memory": "MiB",
     "file_size": "MiB",
     "disk": "MiB",
@@ -143,13 +143,13 @@ _UNITS = {
 
 
 class OverLimit(_Outcome, frozen=True, tag="over_limit"):
-    """The call exceeded a resource limit (`memory`, `cpu`, `processes`, `open_files`, `file_size`)."""
+    """The call exceeded the limit `resource` names (a `Resource`), whose value was `limit`."""
 
-    resource: str
+    resource: Resource
     limit: float
 
     def error_text(self) -> str:
-        unit = _UNITS.get(self.resource, "")
+        unit = _UNITS[self.resource]
         shown = self.limit / (1 << 20) if unit == "MiB" else self.limit
         label = {"cpu": "CPU time", "open_files": "open files", "file_size": "file size"}.get(
             self.resource, self.resource
@@ -160,9 +160,9 @@ class OverLimit(_Outcome, frozen=True, tag="over_limit"):
 ToolOutcome = Completed | Failed | TimedOut | Crashed | OverLimit
 
 
-def _policy_limit(policy: ResourcePolicy, resource: str) -> float | None:
+def _policy_limit(policy: ResourcePolicy, resource: Resource) -> float | None:
     """The policy's value for a limit named as in `OverLimit.resource`."""
-    values: dict[str, float | None] = {
+    values: dict[Resource, float | None] = {
         "cpu": policy.cpu_s,
         "memory": policy.memory_bytes,
         "processes": policy.max_processes,
@@ -171,10 +171,10 @@ def _policy_limit(policy: ResourcePolicy, resource: str) -> float | None:
         "output": policy.max_output_bytes,
         "disk": policy.disk_bytes,
     }
-    return values.get(resource)
+    return values[resource]
 
 
-def over_limit(tool: str, policy: ResourcePolicy, resource: str, usage: Usage) -> OverLimit | None:
+def over_limit(tool: str, policy: ResourcePolicy, resource: Resource, usage: Usage) -> OverLimit | None:
     """`OverLimit` for `resource`, or None when the policy sets no such limit (not our limit)."""
     limit = _policy_limit(policy, resource)
     return None if limit is None else OverLimit(tool=tool, usage=usage, resource=resource, limit=limit)
@@ -185,7 +185,7 @@ def from_exit(
     *,
     policy: ResourcePolicy,
     status: int | None,
-    limit_hit: str | None,
+    limit_hit: Resource | None,
     usage: Usage,
     stderr_tail: str,
 ) -> ToolOutcome:

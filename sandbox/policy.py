@@ -11,12 +11,14 @@ from typing import Annotated, Literal
 
 import msgspec
 
-__all__ = ["MIB", "Network", "ResourcePolicy", "WorkerLifetime"]
+__all__ = ["MIB", "Network", "Resource", "ResourcePolicy", "WorkerLifetime"]
 
 MIB = 1 << 20
 
 Network = Literal["none", "host", "allowlist"]
 WorkerLifetime = Literal["call", "thread"]
+Resource = Literal["cpu", "memory", "processes", "open_files", "file_size", "output", "disk"]
+"""A limit a call can exceed, as `OverLimit.resource` names it (one per limiting policy field)."""
 
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]

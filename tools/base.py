@@ -10,7 +10,8 @@ CONTRACT (used by stockade.sandbox.child.worker; keep these signatures):
   optionally `timeout_s` (the call's wall budget, so tools with their own timeout stay inside it) and
   `roots` (directories outside the workdir the file tools may also reach).
 
-Errors: `ToolError` (deliberate, content passed through), `BadResult` (junk result), and
+Errors (`stockade.tools.errors`): `ToolError` (deliberate, content passed through), `BadResult`
+(junk result), and
 `ValueError("Invalid arguments for function NAME: ...")` for an input that does not fit the signature.
 """
 
@@ -23,27 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from stockade.tools.content import NO_OUTPUT, BadResult, to_content, well_formed
+from stockade.tools.content import to_content
+from stockade.tools.errors import BadResult, ToolError
 from stockade.tools.schema import Signature, parse_docstring, signature_of
 
 __all__ = ["BadResult", "FunctionTool", "Tool", "ToolContext", "ToolError", "run_sync_or_async", "tool"]
-
-
-class ToolError(Exception):
-    """Raised by a tool to return deliberate error content (a string or content blocks)."""
-
-    def __init__(self, content: str | list[dict[str, Any]]) -> None:
-        super().__init__(content if isinstance(content, str) else "tool error")
-        self.content = content
-
-    def blocks(self) -> list[dict[str, Any]]:
-        """The error content as content blocks; an empty error reads "(no output)"."""
-        if isinstance(self.content, str):
-            return [{"type": "text", "text": well_formed(self.content) or NO_OUTPUT}]
-        try:
-            return to_content("error", self.content)
-        except BadResult:
-            return [{"type": "text", "text": repr(self.content)}]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from stockade.tools.errors import BadResult
+
 __all__ = ["FIELD_MAX", "NO_OUTPUT", "BadResult", "error_text", "to_content", "well_formed"]
 
 NO_OUTPUT = "(no output)"
@@ -27,10 +29,6 @@ _PASS_THROUGH_TYPES = frozenset({"image", "document"})
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # What the request encoder raises for a value JSON cannot hold (bytes, NaN, a non-str key, a cycle).
 _UNSENDABLE = (TypeError, ValueError, RecursionError)
-
-
-class BadResult(Exception):
-    """The tool returned something that is neither a string nor content blocks (or cannot be sent)."""
 
 
 def well_formed(text: str) -> str:

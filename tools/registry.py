@@ -15,15 +15,12 @@ import importlib
 import logging
 from typing import Any
 
-from stockade.tools.base import Tool, ToolContext, ToolError, run_sync_or_async
+from stockade.tools.base import Tool, ToolContext, run_sync_or_async
+from stockade.tools.errors import ToolError, ToolLoadError
 
 __all__ = ["SdkTool", "ToolLoadError", "as_tool", "load_tools", "split_ref"]
 
 log = logging.getLogger(__name__)
-
-
-class ToolLoadError(Exception):
-    """A tool reference could not be imported or does not name tools."""
 
 
 class SdkTool(Tool):

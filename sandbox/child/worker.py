@@ -27,6 +27,7 @@ from stockade.sandbox.child.forward import PROXY_SOCKET_ENV, start_forwarder
 from stockade.sandbox.host import importpath
 from stockade.sandbox.isolation import layers as isolation
 from stockade.sandbox.isolation import limits, tree
+from stockade.sandbox.policy import Resource
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, read_frame_blocking, write_frame_blocking
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
@@ -57,7 +58,7 @@ EXIT_USAGE = 64
 EXIT_PROTOCOL = 65
 EXIT_REFUSED = 66
 
-_ERRNO_RESOURCES = {
+_ERRNO_RESOURCES: dict[int, Resource] = {
     errno.EFBIG: "file_size",
     errno.EMFILE: "open_files",
     errno.EAGAIN: "processes",
@@ -66,7 +67,7 @@ _ERRNO_RESOURCES = {
 }
 
 
-def _resource_of(exc: BaseException) -> str | None:
+def _resource_of(exc: BaseException) -> Resource | None:
     """The limit an exception (or one it was raised from) points to, if any."""
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -184,10 +185,10 @@ class Worker:
                 roots=tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths)),
             )
             return self._ok(request, tool.invoke(request.input, ctx))
+        except (BadResult, ToolLoadError) as exc:  # Before ToolError, their root: the message is the error.
+            return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
         except ToolError as exc:
             return ToolFailed(request.call_id, type(exc).__name__, str(exc), blocks=exc.blocks())
-        except (BadResult, ToolLoadError) as exc:
-            return ToolFailed(call_id=request.call_id, error_type=type(exc).__name__, message=str(exc))
         except BaseException as exc:  # Any tool failure is reported, never fatal.
             return ToolFailed(
                 request.call_id, type(exc).__name__, error_text(exc), resource=_resource_of(exc)

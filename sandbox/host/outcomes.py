@@ -24,6 +24,7 @@ from stockade.sandbox.outcome import (
     from_exit,
     over_limit,
 )
+from stockade.sandbox.policy import Resource
 from stockade.sandbox.wire.protocol import ToolFailed, ToolOk
 from stockade.tools.content import BadResult, to_content
 
@@ -87,7 +88,7 @@ def reply_outcome(
 
 
 async def killed_outcome(
-    worker: WorkerProcess, tool: str, error: WorkerError, usage: Usage, limit_hit: str | None
+    worker: WorkerProcess, tool: str, error: WorkerError, usage: Usage, limit_hit: Resource | None
 ) -> ToolOutcome:
     """How a call ended whose worker was killed for `error`: timed out, died, or broke the protocol."""
     policy = worker.policy

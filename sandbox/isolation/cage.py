@@ -51,7 +51,7 @@ from stockade.sandbox.isolation.layers import (
     apply_in_worker,
     disabled_layers,
 )
-from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.policy import Resource, ResourcePolicy
 
 __all__ = [
     "DISABLE_ENV",
@@ -190,7 +190,7 @@ class Cage:
         if self.cgroup is not None:
             self.cgroup.reset_peak()
 
-    def limit_hit(self) -> str | None:
+    def limit_hit(self) -> Resource | None:
         return self.cgroup.limit_hit() if self.cgroup is not None else None
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import msgspec
 import psutil
 from stockade.sandbox.isolation import delegation
+from stockade.sandbox.policy import Resource
 
 __all__ = ["CgroupLayout", "WorkerCgroup", "discover_layout", "sweep_stale"]
 
@@ -286,7 +287,7 @@ class WorkerCgroup:
             return int(os.pread(self._fd(os.path.join(self.memory_dir, "memory.max_usage_in_bytes")), 64, 0))
         return None
 
-    def limit_hit(self) -> str | None:
+    def limit_hit(self) -> Resource | None:
         ooms, pid_hits, _ = self._counters()
         if ooms > self._baseline[0]:
             return "memory"

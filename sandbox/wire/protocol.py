@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.policy import Resource, ResourcePolicy
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -148,7 +148,7 @@ class ToolFailed(_Message, frozen=True, tag="tool_failed"):
     error_type: str
     message: str
     blocks: list[Block] | None = None
-    resource: str | None = None
+    resource: Resource | None = None
     usage: CallUsage = CallUsage()
 
 

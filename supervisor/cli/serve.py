@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import shutil
 import signal
 import sys
@@ -22,7 +21,7 @@ from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_
 from stockade.supervisor.cli.logs import Tap, setup_logging
 from stockade.supervisor.cli.output import to_json_line
 from stockade.supervisor.cli.terminal import for_terminal
-from stockade.supervisor.config.environment import environment_key
+from stockade.supervisor.config.environment import claimed_work, environment_id, environment_key
 from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
 from stockade.supervisor.config.runner_args import runner_args
 from stockade.supervisor.environments.item import ItemSettings, ServedItem
@@ -109,15 +108,15 @@ async def _handle_until_signal(settings: ItemSettings, item: Any) -> None:
 
 def claimed_item() -> Any:
     """The work item `ant beta:worker poll --on-work` handed this process, from its ANTHROPIC_* variables."""
-    values = {name: os.environ.get(f"ANTHROPIC_{name}") or "" for name in ("WORK_ID", "SESSION_ID")}
-    missing = [f"ANTHROPIC_{name}" for name, value in values.items() if not value]
+    work = claimed_work()
+    names = {"ANTHROPIC_WORK_ID": work.work_id, "ANTHROPIC_SESSION_ID": work.session_id}
+    missing = [name for name, value in names.items() if value is None]
     if missing:
         raise UsageError(
             f"--handle-item needs {', '.join(missing)} (set by `ant beta:worker poll --on-work`)"
         )
-    session = SimpleNamespace(type="session", id=values["SESSION_ID"])
-    secret = os.environ.get("ANTHROPIC_WORK_SECRET") or None
-    return SimpleNamespace(id=values["WORK_ID"], data=session, secret=secret)
+    session = SimpleNamespace(type="session", id=work.session_id)
+    return SimpleNamespace(id=work.work_id, data=session, secret=work.secret)
 
 
 def resource_options(args: argparse.Namespace, config: PolicyConfig) -> dict[str, Any]:
@@ -153,10 +152,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """`stockade serve --environment-id ID`: serve the environment's work queue until SIGTERM/SIGINT."""
     key = environment_key()
     if args.environment_id is None:
-        args.environment_id = os.environ.get("ANTHROPIC_ENVIRONMENT_ID") or None
+        args.environment_id = environment_id()
     if args.environment_id is None:
         raise UsageError("--environment-id is required (or set ANTHROPIC_ENVIRONMENT_ID)")
-    if key is None and not (args.handle_item and os.environ.get("ANTHROPIC_WORK_SECRET")):
+    if key is None and not (args.handle_item and claimed_work().secret):
         print(f"stockade: error: {ENVIRONMENT_KEY_ENV} is not set", file=sys.stderr)
         return EXIT_NO_API_KEY
     config = load_config(args.policy)

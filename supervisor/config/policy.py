@@ -6,7 +6,7 @@ table and one `[tools.NAME]` table per tool whose limits differ from the default
 validated strictly: a bad file raises one `ConfigError` naming the file, the table, the field, the
 value and what was expected. Unknown keys are errors.
 
-The environment is read here and nowhere else (`ApiSettings.from_env`).
+The environment is read in `environment.py` and nowhere else (`ApiSettings.from_env` asks it).
 
 Error tree: `ConfigError` (a bad policy file or setting; its message is meant for the user).
 """
@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from stockade.sandbox.netrules import RuleError, parse_rule
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.supervisor.config.environment import api_key, base_url
 from stockade.supervisor.errors import SupervisorError
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S
 from stockade.supervisor.runner.gate import ConfirmationRule
@@ -464,8 +465,5 @@ class ApiSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ApiSettings:
-        """Read `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (empty counts as unset)."""
-        env = os.environ if environ is None else environ
-        return cls(
-            api_key=env.get("ANTHROPIC_API_KEY") or None, base_url=env.get("ANTHROPIC_BASE_URL") or None
-        )
+        """`ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` (empty counts as unset)."""
+        return cls(api_key=api_key(environ), base_url=base_url(environ))
