@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 from stockade.sandbox.errors import SandboxError
-from stockade.sandbox.isolation import fsconfine, identity, idmap, namespaces, syscalls
+from stockade.sandbox.isolation import fsconfine, identity, idmap, namespaces
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.isolation.loopback import bring_loopback_up
 from stockade.sandbox.isolation.seccomp import apply_seccomp
@@ -99,9 +99,7 @@ class _Run:
 
 
 def _netns(privileged: bool, loopback: bool = False) -> str:
-    # Unprivileged and without a user namespace of its own: a bare one just for the network.
-    flags = syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET
-    syscalls.unshare(flags)
+    namespaces.enter_netns(privileged)
     if loopback:  # network=allowlist: the egress forwarder listens on lo
         return f"private network namespace, {bring_loopback_up()}"
     return "private network namespace, no interface up"
@@ -166,7 +164,7 @@ def _needs_root() -> str:
 
 
 def _no_new_privs() -> str:
-    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+    namespaces.forbid_new_privileges()
     return "set"
 
 
@@ -176,7 +174,7 @@ def _pidns() -> str:
         namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""))
     detail = namespaces.enter_pidns()
     if os.environ.get(SUBREAPER_ENV) == "1":
-        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)  # the forked worker is a new process
+        namespaces.make_subreaper()  # the forked worker is a new process
     return detail
 
 
@@ -219,7 +217,7 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     writable = [str(workdir), *policy.writable_paths]
     if os.environ.get(SUBREAPER_ENV) == "1":
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
-        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
+        namespaces.make_subreaper()
     run = _Run(disabled)
     idmapped = root and "uid" not in disabled
     # Before the PID namespace: the mappings' helper processes are named in this /proc by their pids.

@@ -68,6 +68,23 @@ _STATUS = struct.Struct("=i")
 _state = {"pidns": False}
 
 
+def enter_netns(privileged: bool) -> None:
+    """Unshare a private network namespace (raises OSError). Unprivileged and without a user namespace
+    of its own, the caller gets a bare user namespace just for the network."""
+    syscalls.unshare(syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET)
+
+
+def forbid_new_privileges() -> None:
+    """Set no_new_privs (raises OSError): no exec can gain privileges (set-ID bits, file capabilities)."""
+    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+
+
+def make_subreaper() -> None:
+    """Make this process adopt orphaned descendants (raises OSError), so a double-forked daemon stays
+    below it."""
+    syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
+
+
 def in_own_pidns() -> bool:
     """Whether this process is the worker inside a PID namespace of its own."""
     return _state["pidns"] and os.getpid() == WORKER_PID

@@ -51,7 +51,7 @@ def _try(step: str, results: dict[str, str], fn: Callable[[], str]) -> None:
 
 
 def _netns(privileged: bool) -> str:
-    syscalls.unshare(syscalls.CLONE_NEWNET if privileged else syscalls.CLONE_NEWUSER | syscalls.CLONE_NEWNET)
+    namespaces.enter_netns(privileged)
     return "private network namespace" + ("" if os.geteuid() == 0 else " (in a user namespace)")
 
 
@@ -86,7 +86,7 @@ def _mounts() -> str:
 
 
 def _no_new_privs() -> str:
-    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+    namespaces.forbid_new_privileges()
     return "prctl"
 
 

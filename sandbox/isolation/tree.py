@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stockade.sandbox.isolation import namespaces, syscalls
+from stockade.sandbox.isolation import namespaces
 
 if TYPE_CHECKING:
     import psutil
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 def become_subreaper() -> bool:
     """Make this process adopt orphaned descendants (Linux only); True if it worked."""
     try:
-        syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)
+        namespaces.make_subreaper()
     except OSError:
         return False
     return True

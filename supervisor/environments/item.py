@@ -32,18 +32,17 @@ import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
 import msgspec
 from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.tasks import cancel_and_wait, settle
+from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.config.runner_args import RunnerArgs
 from stockade.supervisor.environments.lease import Lease
 from stockade.supervisor.environments.memory import (
     DEFAULT_SYNC_INTERVAL_S,
-    FLUSH_TIMEOUT_S,
     DeleteMode,
     MemoryError_,
     SessionMemory,
     attached_stores,
-    stopped_call,
 )
+from stockade.supervisor.environments.memory_hooks import MemoryHooks
 from stockade.supervisor.environments.skills import download_skills
 from stockade.supervisor.runner.facade import SessionRunner
 from stockade.supervisor.runner.records import RunEnd
@@ -154,10 +153,8 @@ class ServedItem:
             http_client=httpx.AsyncClient(transport=_FencedTransport(self._fence)),
             default_headers=dict(settings.extra_headers or {}),
         )
-        self._memory: SessionMemory | None = None
+        self._memory: MemoryHooks | None = None
         self._clean_end = False
-        # Owned here: `_run_session` awaits them before the last flush.
-        self._memory_tasks: set[asyncio.Task[None]] = set()
         self._lease = Lease(self._client, settings.environment_id, self.work_id)
         self._workdir = settings.workdir_root / self.work_id
         self._memory_dir = settings.workdir_root / f"{self.work_id}.memory"
@@ -195,23 +192,11 @@ class ServedItem:
         memory = self._memory
         try:
             await self._run_tools(drain)
-            # Only after a clean end: the final sync sends deletions without waiting to confirm them.
             if memory is not None and self._clean_end:
-                await self._bounded(memory.finish(), "final memory sync")
+                await memory.finish()
         finally:
             if memory is not None:
-                try:
-                    await settle(*self._memory_tasks)
-                finally:
-                    # An error or cancel still gets a bounded push-only flush.
-                    await self._bounded(memory.flush(), "memory flush")
-                    memory.dispose()
-
-    async def _bounded(self, work: Any, name: str) -> None:
-        try:
-            await asyncio.wait_for(work, FLUSH_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("memory_cut_off work_id=%s pass=%r after_s=%g", self.work_id, name, FLUSH_TIMEOUT_S)
+                await memory.close()
 
     async def _prepare_resources(self) -> None:
         settings = self._settings
@@ -241,16 +226,11 @@ class ServedItem:
         except BaseException:
             memory.dispose()
             raise
-        self._memory = memory
-
-    def _memory_soon(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._memory_tasks.add(task)
-        task.add_done_callback(self._memory_tasks.discard)
+        self._memory = MemoryHooks(memory, self.work_id)
 
     def _on_event(self, event: dict[str, Any]) -> None:
-        if self._memory is not None and event.get("type") == "session.status_idle":
-            self._memory_soon(self._bounded(self._memory.flush(), "idle memory flush"))
+        if self._memory is not None:
+            self._memory.on_event(event)
 
     async def _run_tools(self, drain: asyncio.Event) -> None:
         settings = self._settings
@@ -316,19 +296,13 @@ class ServedItem:
     def _on_call(self, record: Any) -> None:
         log.info("item_call work_id=%s tool=%s posted=%s", self.work_id, record.name, record.posted)
         if self._memory is not None:
-            if stopped_call(record):
-                self._memory.restore_missing()
-            self._memory_soon(self._memory.sync_if_due())
+            self._memory.after_call(record)
 
     def _policy(self, policy: ResourcePolicy) -> ResourcePolicy:
         """`policy` with this session's own workdir and its memory stores' folders."""
-        writable, read_only = policy.writable_paths, policy.read_only_paths
         if self._memory is not None:
-            writable = (*writable, *self._memory.writable_roots)
-            read_only = (*read_only, *self._memory.read_only_roots)
-        return msgspec.structs.replace(
-            policy, workdir=str(self._workdir), writable_paths=writable, read_only_paths=read_only
-        )
+            return self._memory.policy(policy, workdir=str(self._workdir))
+        return msgspec.structs.replace(policy, workdir=str(self._workdir))
 
     def _policies(self, policies: Mapping[str, ResourcePolicy]) -> dict[str, ResourcePolicy]:
         return {name: self._policy(policy) for name, policy in policies.items()}

@@ -22,16 +22,9 @@ from typing import Any
 import anthropic
 import msgspec
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.tasks import settle
 from stockade.supervisor.config.policy import PolicyConfig
-from stockade.supervisor.environments.memory import (
-    FLUSH_TIMEOUT_S,
-    DeleteMode,
-    MemoryError_,
-    SessionMemory,
-    attached_stores,
-    stopped_call,
-)
+from stockade.supervisor.environments.memory import DeleteMode, MemoryError_, SessionMemory, attached_stores
+from stockade.supervisor.environments.memory_hooks import MemoryHooks
 from stockade.supervisor.environments.skills import download_skills, remove_skills, session_skills
 
 __all__ = ["LocalResources"]
@@ -63,9 +56,7 @@ class LocalResources:
         self._deletions: DeleteMode = memory_sync_deletions
         self._made: list[Path] = []
         self._skill_dirs: list[Path] = []
-        self._memory: SessionMemory | None = None
-        # Owned here: awaited before the final sync and in `_close`.
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._memory: MemoryHooks | None = None
 
     def run(self, make_runner: RunnerFactory) -> Any:
         """Set up, run the session to its end, sync and clean up; returns the runner's `RunEnd`."""
@@ -81,8 +72,7 @@ class LocalResources:
             ended = await runner.until_done()
             # Only after a clean end: the final sync sends deletions without waiting to confirm them.
             if self._memory is not None and ended.reason != "aborted":
-                await settle(*self._tasks)
-                await _bounded(self._memory.finish(), "final memory sync")
+                await self._memory.finish()
             return ended
         finally:
             await self._close()
@@ -106,7 +96,7 @@ class LocalResources:
                 self._client, stores_dir, interval_s=self._interval_s, deletions=self._deletions
             )
             await memory.download(session)
-            self._memory = memory
+            self._memory = MemoryHooks(memory, self._session_id)
         return self._with_paths(workdir)
 
     def _workdir(self) -> Path:
@@ -122,57 +112,28 @@ class LocalResources:
 
     def _with_paths(self, workdir: Path) -> PolicyConfig:
         def adjust(policy: ResourcePolicy) -> ResourcePolicy:
-            writable, read_only = policy.writable_paths, policy.read_only_paths
+            own = policy.workdir or str(workdir)
             if self._memory is not None:
-                writable = (*writable, *self._memory.writable_roots)
-                read_only = (*read_only, *self._memory.read_only_roots)
-            return msgspec.structs.replace(
-                policy,
-                workdir=policy.workdir or str(workdir),
-                writable_paths=writable,
-                read_only_paths=read_only,
-            )
+                return self._memory.policy(policy, workdir=own)
+            return msgspec.structs.replace(policy, workdir=own)
 
         tools = {name: adjust(policy) for name, policy in self._config.tools.items()}
         return msgspec.structs.replace(self._config, defaults=adjust(self._config.defaults), tools=tools)
 
-    def _soon(self, work: Any) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def _after_call(self, record: Any) -> None:
         if self._memory is not None:
-            if stopped_call(record):
-                self._memory.restore_missing()
-            self._soon(self._memory.sync_if_due())
+            self._memory.after_call(record)
 
     def _on_event(self, event: Any) -> None:
-        if (
-            self._memory is not None
-            and isinstance(event, dict)
-            and event.get("type") == "session.status_idle"
-        ):
-            self._soon(_bounded(self._memory.flush(), "idle memory flush"))
+        if self._memory is not None:
+            self._memory.on_event(event)
 
     async def _close(self) -> None:
         try:
             if self._memory is not None:
-                try:
-                    await settle(*self._tasks)
-                finally:
-                    # An error or an abort still gets a bounded push-only flush.
-                    await _bounded(self._memory.flush(), "memory flush")
-                    self._memory.dispose()
+                await self._memory.close()
         finally:
             remove_skills(self._skill_dirs)
             for path in self._made:
                 shutil.rmtree(path, ignore_errors=True)
             await self._client.close()
-
-
-async def _bounded(work: Any, name: str) -> None:
-    try:
-        await asyncio.wait_for(work, FLUSH_TIMEOUT_S)
-    except TimeoutError:
-        log.warning("memory_cut_off pass=%r after_s=%g", name, FLUSH_TIMEOUT_S)
