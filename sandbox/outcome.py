@@ -12,7 +12,7 @@ import signal
 from typing import Any, Literal
 
 import msgspec
-from stockade.sandbox.policy import Resource, ResourcePolicy
+from stockade.sandbox.policy import LIMITS, MIB, Resource, ResourcePolicy
 
 __all__ = [
     "Completed",
@@ -131,17 +131,6 @@ class Crashed(_Outcome, frozen=True, tag="crashed"):
         return text
 
 
-_UNITS: dict[Resource, str] = {
-    "memory": "MiB",
-    "file_size": "MiB",
-    "disk": "MiB",
-    "output": "bytes",
-    "cpu": "s",
-    "processes": "",
-    "open_files": "",
-}
-
-
 class OverLimit(_Outcome, frozen=True, tag="over_limit"):
     """The call exceeded the limit `resource` names (a `Resource`), whose value was `limit`."""
 
@@ -149,34 +138,17 @@ class OverLimit(_Outcome, frozen=True, tag="over_limit"):
     limit: float
 
     def error_text(self) -> str:
-        unit = _UNITS[self.resource]
-        shown = self.limit / (1 << 20) if unit == "MiB" else self.limit
-        label = {"cpu": "CPU time", "open_files": "open files", "file_size": "file size"}.get(
-            self.resource, self.resource
-        )
+        _, unit, label = LIMITS[self.resource]
+        shown = self.limit / MIB if unit == "MiB" else self.limit
         return f"tool '{self.tool}' exceeded its {label} limit ({shown:g}{' ' + unit if unit else ''})"
 
 
 ToolOutcome = Completed | Failed | TimedOut | Crashed | OverLimit
 
 
-def _policy_limit(policy: ResourcePolicy, resource: Resource) -> float | None:
-    """The policy's value for a limit named as in `OverLimit.resource`."""
-    values: dict[Resource, float | None] = {
-        "cpu": policy.cpu_s,
-        "memory": policy.memory_bytes,
-        "processes": policy.max_processes,
-        "open_files": policy.max_open_files,
-        "file_size": policy.max_file_size_bytes,
-        "output": policy.max_output_bytes,
-        "disk": policy.disk_bytes,
-    }
-    return values[resource]
-
-
 def over_limit(tool: str, policy: ResourcePolicy, resource: Resource, usage: Usage) -> OverLimit | None:
     """`OverLimit` for `resource`, or None when the policy sets no such limit (not our limit)."""
-    limit = _policy_limit(policy, resource)
+    limit = policy.limit(resource)
     return None if limit is None else OverLimit(tool=tool, usage=usage, resource=resource, limit=limit)
 
 

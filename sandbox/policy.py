@@ -7,11 +7,11 @@ a cgroup, namespaces and an environment before any tool code is imported.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
-__all__ = ["MIB", "Network", "Resource", "ResourcePolicy", "WorkerLifetime"]
+__all__ = ["LIMITS", "MIB", "Limit", "Network", "Resource", "ResourcePolicy", "WorkerLifetime"]
 
 MIB = 1 << 20
 
@@ -19,6 +19,26 @@ Network = Literal["none", "host", "allowlist"]
 WorkerLifetime = Literal["call", "thread"]
 Resource = Literal["cpu", "memory", "processes", "open_files", "file_size", "output", "disk"]
 """A limit a call can exceed, as `OverLimit.resource` names it (one per limiting policy field)."""
+
+
+class Limit(NamedTuple):
+    """How a `Resource` is set and shown: its `ResourcePolicy` field, display unit and label."""
+
+    field: str
+    unit: str
+    label: str
+
+
+LIMITS: dict[Resource, Limit] = {
+    "cpu": Limit("cpu_s", "s", "CPU time"),
+    "memory": Limit("memory_bytes", "MiB", "memory"),
+    "processes": Limit("max_processes", "", "processes"),
+    "open_files": Limit("max_open_files", "", "open files"),
+    "file_size": Limit("max_file_size_bytes", "MiB", "file size"),
+    "output": Limit("max_output_bytes", "bytes", "output"),
+    "disk": Limit("disk_bytes", "MiB", "disk"),
+}
+"""Every `Resource`, in one table: a new limit is a field below, a row here and its enforcement."""
 
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -80,3 +100,8 @@ class ResourcePolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw
     env: tuple[tuple[str, str], ...] = ()
     """Environment variables set in the worker, by value (e.g. the command tools' specs): passed
     explicitly, never through the supervisor's own environment."""
+
+    def limit(self, resource: Resource) -> float | None:
+        """This policy's value for the limit `resource` names (None: no such limit)."""
+        value: float | None = getattr(self, LIMITS[resource].field)
+        return value

@@ -14,7 +14,6 @@ Exit codes: `EXIT_OK` (shutdown or supervisor gone), `EXIT_REFUSED` (a required 
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import resource
 import signal
@@ -58,14 +57,6 @@ EXIT_USAGE = 64
 EXIT_PROTOCOL = 65
 EXIT_REFUSED = 66
 
-_ERRNO_RESOURCES: dict[int, Resource] = {
-    errno.EFBIG: "file_size",
-    errno.EMFILE: "open_files",
-    errno.EAGAIN: "processes",
-    errno.ENOSPC: "disk",
-    errno.EDQUOT: "disk",
-}
-
 
 def _resource_of(exc: BaseException) -> Resource | None:
     """The limit an exception (or one it was raised from) points to, if any."""
@@ -75,8 +66,8 @@ def _resource_of(exc: BaseException) -> Resource | None:
         seen.add(id(current))
         if isinstance(current, MemoryError):
             return "memory"
-        if isinstance(current, OSError) and current.errno in _ERRNO_RESOURCES:
-            return _ERRNO_RESOURCES[current.errno]
+        if isinstance(current, OSError) and current.errno in limits.ERRNO_RESOURCES:
+            return limits.ERRNO_RESOURCES[current.errno]
         if isinstance(current, RuntimeError) and "can't start new thread" in str(current):
             return "processes"
         current = current.__cause__ or current.__context__

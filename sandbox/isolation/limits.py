@@ -7,6 +7,7 @@ supervisor and builds the worker's whole environment from an allowlist, so secre
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import resource
@@ -14,11 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.policy import Resource, ResourcePolicy
 
 __all__ = [
     "BASE_ENV_ALLOWLIST",
     "CPU_HARD_MARGIN_S",
+    "ERRNO_RESOURCES",
     "apply_rlimits",
     "lifetime_cpu_s",
     "set_call_cpu_budget",
@@ -34,6 +36,16 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 CPU_HARD_MARGIN_S = 1
 """Past a call's CPU budget (SIGXCPU at the soft limit), the supervisor kills the tree this much later
 if the tool ignored the signal."""
+
+
+ERRNO_RESOURCES: dict[int, Resource] = {
+    errno.EFBIG: "file_size",
+    errno.EMFILE: "open_files",
+    errno.EAGAIN: "processes",
+    errno.ENOSPC: "disk",
+    errno.EDQUOT: "disk",
+}
+"""The limit a tool's OSError points to: what the kernel says when one of these limits is hit."""
 
 
 def _limit(kind: int, value: int) -> None:
