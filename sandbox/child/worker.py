@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 from stockade.sandbox.child.forward import PROXY_SOCKET_ENV, start_forwarder
-from stockade.sandbox.host import importpath
+from stockade.sandbox.child.imports import safe_import_paths
 from stockade.sandbox.isolation import layers as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.policy import Resource
@@ -253,7 +253,7 @@ def _start(config: WorkerConfig) -> dict[str, str] | str:
         os.set_inheritable(fd, False)  # Programs a tool execs must not hold the protocol pipes.
     os.chdir(config.workdir)
     # Before confinement, which keeps every folder on sys.path reachable.
-    sys.path.extend(importpath.safe_import_paths(config.import_paths, config.policy, config.workdir))
+    sys.path.extend(safe_import_paths(config.import_paths, config.policy, config.workdir))
     try:
         report = isolation.apply_in_worker(config.policy, Path(config.workdir))
     except isolation.LayerUnavailable as exc:

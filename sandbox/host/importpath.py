@@ -18,13 +18,9 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.paths import within_any
 
-__all__ = ["ImportFolder", "default_import_paths", "safe_import_paths"]
-
-
-def _inside(path: str, roots: Iterable[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+__all__ = ["ImportFolder", "default_import_paths"]
 
 
 def default_import_paths() -> list[str]:
@@ -34,20 +30,9 @@ def default_import_paths() -> list[str]:
     found: list[str] = []
     for entry in [*sys.path, os.getcwd()]:
         folder = os.path.realpath(entry or os.getcwd())
-        if os.path.isdir(folder) and not _inside(folder, interpreter) and folder not in found:
+        if os.path.isdir(folder) and not within_any(folder, interpreter) and folder not in found:
             found.append(folder)
     return found
-
-
-def safe_import_paths(paths: Sequence[str], policy: ResourcePolicy, workdir: str) -> list[str]:
-    """The folders of `paths` that no tool of `policy` can write to, and that are not yet on sys.path."""
-    writable = [os.path.realpath(p) for p in (workdir, *policy.writable_paths)]
-    present = {os.path.realpath(p) for p in sys.path if p}
-    return [
-        path
-        for path in (os.path.realpath(p) for p in paths)
-        if path not in present and not _inside(path, writable)
-    ]
 
 
 # Never copied: byte code is rebuilt from the copies, and dot files (`.env`, `.git`) are not code.
@@ -65,7 +50,7 @@ class ImportFolder:
 
     def __init__(self, sources: Sequence[str], writable: Iterable[str] = ()) -> None:
         roots = [os.path.realpath(p) for p in writable]
-        self.sources = [p for p in (os.path.realpath(s) for s in sources) if not _inside(p, roots)]
+        self.sources = [p for p in (os.path.realpath(s) for s in sources) if not within_any(p, roots)]
         self.path = tempfile.mkdtemp(prefix="stockade-imports-")
         os.chmod(self.path, IMPORT_FOLDER_MODE)
         self._copied: dict[str, Path] = {}

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 
 import msgspec
 from stockade.sandbox.isolation import syscalls
+from stockade.sandbox.paths import below_any
 
 __all__ = [
     "HIDDEN_DIRS",
@@ -64,10 +65,6 @@ def _editable_sources() -> list[str]:
         if module is not None and module.__name__.startswith("__editable__") and isinstance(mapping, dict):
             folders += [str(folder) for folder in mapping.values()]
     return folders
-
-
-def _under(path: str, roots: Iterable[str]) -> bool:
-    return any(path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def _open_keep(paths: Iterable[str]) -> dict[str, int]:
@@ -152,7 +149,9 @@ def confine_filesystem(view: View) -> str:
     rw_paths = sorted({workdir, *(os.path.abspath(p) for p in view.writable)} - {disk_workdir}, key=len)
     hidden = [p for p in HIDDEN_DIRS if os.path.isdir(p) and not os.path.islink(p)]
     covered = tmp_dirs + hidden
-    ro_paths = [p for p in (*interpreter_paths(), *view.readable) if _under(p, covered) and p not in rw_paths]
+    ro_paths = [
+        p for p in (*interpreter_paths(), *view.readable) if below_any(p, covered) and p not in rw_paths
+    ]
     syscalls.unshare(syscalls.CLONE_NEWNS)
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
     if view.fresh_proc:

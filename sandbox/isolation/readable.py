@@ -17,6 +17,7 @@ import pwd
 from collections.abc import Iterable, Mapping
 
 from stockade.sandbox.isolation.fsconfine import interpreter_paths
+from stockade.sandbox.paths import within
 
 __all__ = ["HOME_SECRETS", "SYSTEM_READ", "denied_paths", "plan", "read_roots"]
 
@@ -107,7 +108,7 @@ def _homes() -> tuple[set[str], set[str]]:
             every.add(entry.pw_dir)
             if entry.pw_uid >= FIRST_PERSON_UID or entry.pw_dir.startswith("/home/"):
                 people.add(entry.pw_dir)
-    people = {h for h in people if not any(_inside(h, root) for root in SYSTEM_READ)}
+    people = {h for h in people if not any(within(h, root) for root in SYSTEM_READ)}
     every = {h for h in every if h.startswith("/") and h != "/" and os.path.isdir(h)}
     return every, people & every
 
@@ -145,13 +146,9 @@ def denied_paths() -> set[str]:
     return {os.path.normpath(p) for p in existing | absent} | resolved
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _expand(path: str, rights: int, denied: set[str], out: dict[str, int]) -> None:
     """Grant `rights` beneath `path`, except beneath denied paths."""
-    below = [d for d in denied if d != path and _inside(d, path)]
+    below = [d for d in denied if d != path and within(d, path)]
     if not below:
         out[path] = out.get(path, 0) | rights
         return
@@ -176,7 +173,7 @@ def plan(roots: Mapping[str, int], named: Iterable[str], denied: Iterable[str]) 
     out: dict[str, int] = {}
     for root, rights in roots.items():
         for path in {os.path.normpath(root), os.path.realpath(root)}:
-            if path not in named_set and any(_inside(path, d) for d in deny):
+            if path not in named_set and any(within(path, d) for d in deny):
                 continue
             _expand(path, rights, deny, out)
     return out

@@ -11,14 +11,11 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from stockade.sandbox.paths import within
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.supervisor.config.policy import ConfigError, PolicyConfig
 
 __all__ = ["refuse_exposed"]
-
-
-def _contains(folder: str, path: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _writable(config: PolicyConfig) -> Iterator[tuple[str, str, str]]:
@@ -54,7 +51,7 @@ def refuse_exposed(
     for table, field, path in _writable(config):
         folder = os.path.realpath(path)
         for what, target in protected:
-            if _contains(folder, os.path.realpath(target)):
+            if within(os.path.realpath(target), folder):
                 raise ConfigError(
                     f"{config.source}: table [{table}], field {field!r}: {path} contains {what} "
                     f"({Path(target)}); a tool may write there, so it must be a folder of its own"
