@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["below_any", "within", "within_any"]
+__all__ = ["below", "below_any", "within", "within_any"]
 
 
 def within(path: str, root: str) -> bool:
@@ -21,6 +21,11 @@ def within_any(path: str, roots: Iterable[str]) -> bool:
     return any(within(path, root) for root in roots)
 
 
+def below(path: str, root: str) -> bool:
+    """`path` is strictly below `root` (not `root` itself)."""
+    return path != root and within(path, root)
+
+
 def below_any(path: str, roots: Iterable[str]) -> bool:
     """`path` is strictly below one of `roots` (not one of them)."""
-    return any(path != root and within(path, root) for root in roots)
+    return any(below(path, root) for root in roots)

@@ -17,7 +17,7 @@ import pwd
 from collections.abc import Iterable, Mapping
 
 from stockade.sandbox.isolation.fsconfine import interpreter_paths
-from stockade.sandbox.paths import within
+from stockade.sandbox.paths import below, within_any
 
 __all__ = ["HOME_SECRETS", "SYSTEM_READ", "denied_paths", "plan", "read_roots"]
 
@@ -108,7 +108,7 @@ def _homes() -> tuple[set[str], set[str]]:
             every.add(entry.pw_dir)
             if entry.pw_uid >= FIRST_PERSON_UID or entry.pw_dir.startswith("/home/"):
                 people.add(entry.pw_dir)
-    people = {h for h in people if not any(within(h, root) for root in SYSTEM_READ)}
+    people = {h for h in people if not within_any(h, SYSTEM_READ)}
     every = {h for h in every if h.startswith("/") and h != "/" and os.path.isdir(h)}
     return every, people & every
 
@@ -148,8 +148,7 @@ def denied_paths() -> set[str]:
 
 def _expand(path: str, rights: int, denied: set[str], out: dict[str, int]) -> None:
     """Grant `rights` beneath `path`, except beneath denied paths."""
-    below = [d for d in denied if d != path and within(d, path)]
-    if not below:
+    if not any(below(d, path) for d in denied):
         out[path] = out.get(path, 0) | rights
         return
     try:
@@ -173,7 +172,7 @@ def plan(roots: Mapping[str, int], named: Iterable[str], denied: Iterable[str]) 
     out: dict[str, int] = {}
     for root, rights in roots.items():
         for path in {os.path.normpath(root), os.path.realpath(root)}:
-            if path not in named_set and any(within(path, d) for d in deny):
+            if path not in named_set and within_any(path, deny):
                 continue
             _expand(path, rights, deny, out)
     return out
