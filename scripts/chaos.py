@@ -21,16 +21,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
-CHAOS_DIR = Path(__file__).resolve().parents[1] / "tests" / "chaos"
-sys.path.insert(0, str(CHAOS_DIR))
-# The sandbox's workers import the chaos tools from there too (the policy passes PYTHONPATH through).
+REPO = Path(__file__).resolve().parents[1]
+CHAOS_DIR = REPO / "tests" / "chaos"
+# The harness imports its siblings relatively (as the tests do), so it is imported as `tests.chaos`.
+sys.path.insert(0, str(REPO))
+# The sandbox's workers import the chaos tools by plain name (the policy passes PYTHONPATH through).
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHAOS_DIR), os.environ.get("PYTHONPATH")]))
 
-import chaos_harness as harness  # noqa: E402
-import chaos_restart  # noqa: E402
-import chaos_soak  # noqa: E402
 from stockade.emulator import Emulator  # noqa: E402
 from stockade.sandbox import Sandbox  # noqa: E402
+
+from tests.chaos import chaos_harness as harness  # noqa: E402
+from tests.chaos import chaos_restart, chaos_soak  # noqa: E402
 
 DEFAULT_CONCURRENCY = 16
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from chaos_harness import API_KEY, runs_by_tag
 from stockade.emulator import Emulator
 from stockade.supervisor.runner.journal import interrupted_text
+
+from .chaos_harness import API_KEY, runs_by_tag
 
 __all__ = [
     "PROCESS_TIMEOUT_S",

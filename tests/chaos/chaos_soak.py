@@ -13,9 +13,10 @@ from typing import Any
 
 import anthropic
 import psutil
-from chaos_harness import API_KEY, TOOLS, chaos_policy
 from stockade.sandbox import Sandbox
 from stockade.supervisor import CallRecord, SessionRunner
+
+from .chaos_harness import API_KEY, TOOLS, chaos_policy
 
 __all__ = ["SoakFigures", "emulator_process", "soak", "soak_scenario", "stop_emulator"]
 

@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from chaos_harness import API_KEY, chaos_policy, check, descendants, make_plan, run_plans
 from stockade.emulator import Emulator
 from stockade.sandbox import Sandbox
+
+from .chaos_harness import API_KEY, chaos_policy, check, descendants, make_plan, run_plans
 
 CHAOS_RUNS = int(os.environ.get("STOCKADE_CHAOS_RUNS", "200"))
 CHAOS_SEED = int(os.environ.get("STOCKADE_CHAOS_SEED", "0"))

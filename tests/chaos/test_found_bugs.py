@@ -7,10 +7,11 @@ from pathlib import Path
 
 import anthropic
 import pytest
-from chaos_harness import API_KEY, TOOLS, chaos_policy
 from stockade.emulator import Emulator
 from stockade.sandbox import Sandbox
 from stockade.supervisor import SessionRunner
+
+from .chaos_harness import API_KEY, TOOLS, chaos_policy
 
 KEEPALIVE_S = 0.5
 # A stalled stream sends nothing, not even keepalives: a runner that expects one every KEEPALIVE_S

@@ -11,11 +11,12 @@ from typing import Any
 
 import anthropic
 import pytest
-from chaos_harness import API_KEY, TOOLS, descendants, runs_by_tag
 from stockade.emulator import Emulator
 from stockade.sandbox import Sandbox
 from stockade.sandbox.policy import MIB, ResourcePolicy
 from stockade.supervisor import CallRecord, SessionRunner
+
+from .chaos_harness import API_KEY, TOOLS, descendants, runs_by_tag
 
 HOSTILE = ("hang", "crash", "membomb", "forkbomb")
 HOSTILE_PER_KIND = 2

@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_harness import API_KEY, runs_by_tag
-from chaos_restart import (
+from stockade.emulator import Emulator
+from stockade.supervisor.runner.journal import interrupted_text
+
+from .chaos_harness import API_KEY, runs_by_tag
+from .chaos_restart import (
     PROCESS_TIMEOUT_S,
     kill_when_ran,
     log_path,
@@ -21,8 +24,6 @@ from chaos_restart import (
     wait_for_runs,
     write_policy,
 )
-from stockade.emulator import Emulator
-from stockade.supervisor.runner.journal import interrupted_text
 
 RESTART_RUNS = int(os.environ.get("STOCKADE_CHAOS_RESTARTS", "3"))
 MID_RUN_SLEEP_S = 2.0

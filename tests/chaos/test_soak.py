@@ -11,8 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
-from chaos_harness import descendants, runs_by_tag
-from chaos_soak import emulator_process, soak, soak_scenario, stop_emulator
+
+from .chaos_harness import descendants, runs_by_tag
+from .chaos_soak import emulator_process, soak, soak_scenario, stop_emulator
 
 SOAK_CALLS = int(os.environ.get("STOCKADE_SOAK_CALLS", "300"))
 # Steady state: after warm-up only allocator noise remains. Run standalone (`scripts/chaos.py`) the

@@ -1,11 +1,10 @@
-"""Shared helpers of the sandbox core tests (loaded by file path: the tests are not a package)."""
+"""Shared helpers of the sandbox tests, imported relatively (`from .. import sbx_testkit as kit`); also
+imported by plain name by `unpriv_driver.py`, a script run from this folder."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,9 @@ import pytest
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
 from stockade.sandbox.isolation.tree import MARKER_ENV
 
-HOSTILE_DIR = Path(__file__).parent / "hostile_tools"
+KIT_DIR = Path(__file__).parent
+"""This folder: it holds the tool modules shared by the sandbox rooms (`isolation_tools`)."""
+HOSTILE_DIR = KIT_DIR / "hostile_tools"
 REF = "sbx_hostile:TOOLS"
 CANARY = "sk-ant-canary-do-not-leak"
 MIB = 1 << 20
@@ -38,17 +39,6 @@ POLICY = ResourcePolicy(
 CPU_POLICY = msgspec.structs.replace(POLICY, cpu_s=1, wall_timeout_s=8.0)
 
 _markers: list[str] = []
-
-
-def load_sibling(name: str) -> Any:
-    """Execute `tests/sandbox/<name>.py` as module `name` (the tests are not a package), registered
-    in `sys.modules` unless a module of that name is already there."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def marked_pids(marker: str) -> set[int]:
