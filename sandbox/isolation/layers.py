@@ -24,7 +24,7 @@ from stockade.sandbox.errors import SandboxError
 from stockade.sandbox.isolation import fsconfine, identity, idmap, namespaces
 from stockade.sandbox.isolation.landlock import apply_landlock
 from stockade.sandbox.isolation.loopback import bring_loopback_up
-from stockade.sandbox.isolation.seccomp import apply_seccomp
+from stockade.sandbox.isolation.seccomp import apply_seccomp, forbid_setid_modes
 from stockade.sandbox.policy import ResourcePolicy
 
 __all__ = [
@@ -142,7 +142,7 @@ def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountn
     blocked: OSError | None = None if mountns_on else OSError(errno.EPERM, "no mount namespace")
     if blocked is None and any(isinstance(m, int) for m in mappings.values()):
         try:  # Before any idmap: no set-ID file may ever be stored as the folder's owner.
-            idmap.forbid_setid_modes()
+            forbid_setid_modes()
         except OSError as exc:
             blocked = exc
     for path, mapping in mappings.items():

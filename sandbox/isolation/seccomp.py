@@ -13,6 +13,12 @@ changing them needs CAP_NET_ADMIN, which the worker never has.
 on ENOSYS (as under container runtimes), whose flags the filter checks. A foreign architecture
 (i386 via int 0x80) and the x32 ABI get EPERM for every syscall. Installed last, just before tool
 modules are imported: the namespace and keyring steps before it need the very syscalls it refuses.
+
+A second, smaller filter from the same builder (`forbid_setid_modes`) goes on earlier, before any
+writable folder is idmapped: through an idmapped folder a file the slot uid creates is stored as the
+folder's owner (root, for a root-owned folder), so a set-user-ID or set-group-ID bit on it would leave
+a set-ID program of that owner on the host's disk. It refuses (EPERM) every mode argument carrying
+those bits; `openat2`, whose mode sits in a struct a filter cannot read, gets ENOSYS (libcs fall back).
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ import os
 import struct
 from dataclasses import dataclass
 
-__all__ = ["Arch", "apply_seccomp", "build_filter", "host_arch", "seccomp_probe"]
+__all__ = [
+    "Arch",
+    "apply_seccomp",
+    "build_filter",
+    "build_setid_filter",
+    "forbid_setid_modes",
+    "host_arch",
+    "seccomp_probe",
+]
 
 # BPF opcodes (linux/bpf_common.h).
 _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
@@ -47,6 +61,8 @@ _SECCOMP_FILTER_FLAG_TSYNC = 1
 _X32_SYSCALL_BIT = 0x40000000
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (NEWTIME is clone3/unshare only).
 _CLONE_NS_FLAGS = 0x7E020000
+_SETID_BITS = 0o6000
+_SYS_OPENAT2 = 437  # the same number on every architecture the filter knows
 _LOCAL_FAMILIES = (1, 16)  # AF_UNIX, AF_NETLINK (netlink sockets are SOCK_RAW by design)
 _IP_FAMILIES = (2, 10)  # AF_INET, AF_INET6: any type but raw
 _SOCK_TYPE_MASK = 0xF
@@ -80,6 +96,8 @@ class Arch:
     clone3: int
     seccomp: int
     x32: bool
+    mode_args: dict[int, int]
+    """Syscall number -> index of its mode argument (the calls that create or chmod a file)."""
 
 
 X86_64 = Arch(
@@ -112,6 +130,8 @@ X86_64 = Arch(
     clone3=435,
     seccomp=317,
     x32=True,
+    # open, creat, openat, mkdir, mkdirat, chmod, fchmod, fchmodat, fchmodat2, mknod, mknodat
+    mode_args={2: 2, 85: 1, 257: 3, 83: 1, 258: 2, 90: 1, 91: 1, 268: 2, 452: 2, 133: 1, 259: 2},
 )
 AARCH64 = Arch(
     name="aarch64",
@@ -143,6 +163,8 @@ AARCH64 = Arch(
     clone3=435,
     seccomp=277,
     x32=False,
+    # openat, mkdirat, fchmod, fchmodat, fchmodat2, mknodat (no legacy open/creat/mkdir/chmod/mknod)
+    mode_args={56: 3, 34: 2, 52: 1, 53: 2, 452: 2, 33: 2},
 )
 _ARCHES = {"x86_64": X86_64, "amd64": X86_64, "aarch64": AARCH64, "arm64": AARCH64}
 
@@ -183,14 +205,20 @@ class _Prog:
         return offset
 
 
-def build_filter(arch: Arch) -> bytes:
-    """The filter for `arch` as packed `struct sock_filter` instructions."""
+def _prologue(arch: Arch) -> _Prog:
+    """A program that refuses a foreign ABI (and x32) with EPERM and loads the syscall number."""
     p = _Prog()
     p.op(_LD_W_ABS, _OFF_ARCH)
     p.op(_JEQ_K, arch.audit, 0, "eperm")
     p.op(_LD_W_ABS, _OFF_NR)
     if arch.x32:
         p.op(_JGE_K, _X32_SYSCALL_BIT, "eperm", 0)
+    return p
+
+
+def build_filter(arch: Arch) -> bytes:
+    """The filter for `arch` as packed `struct sock_filter` instructions."""
+    p = _prologue(arch)
     for number in sorted(set(arch.refused.values())):
         p.op(_JEQ_K, number, "eperm", 0)
     p.op(_JEQ_K, arch.clone3, "enosys", 0)
@@ -222,6 +250,25 @@ def build_filter(arch: Arch) -> bytes:
     return p.assemble()
 
 
+def build_setid_filter(arch: Arch) -> bytes:
+    """The set-ID filter for `arch`: EPERM for a mode argument with a set-ID bit (module docstring)."""
+    p = _prologue(arch)
+    p.op(_JEQ_K, _SYS_OPENAT2, "enosys", 0)
+    for number, arg in arch.mode_args.items():
+        p.op(_JEQ_K, number, f"mode{arg}", 0)
+    p.op(_RET_K, _RET_ALLOW)
+    for arg in sorted(set(arch.mode_args.values())):
+        p.label(f"mode{arg}")
+        p.op(_LD_W_ABS, _off_arg_lo(arg))
+        p.op(_JSET_K, _SETID_BITS, "eperm", 0)
+        p.op(_RET_K, _RET_ALLOW)
+    p.label("enosys")
+    p.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
+    p.label("eperm")
+    p.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    return p.assemble()
+
+
 def _libc() -> ctypes.CDLL:
     # The symbols already loaded in this process: find_library would spawn ldconfig (~100 ms).
     return ctypes.CDLL(None, use_errno=True)
@@ -231,13 +278,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def apply_seccomp() -> str:
-    """Install the filter on every thread of this process (needs no_new_privs or CAP_SYS_ADMIN).
-
-    Returns a human detail; raises OSError when the kernel refuses or the arch is unknown.
-    """
-    arch = host_arch()
-    program = build_filter(arch)
+def _install(arch: Arch, program: bytes) -> None:
+    """Install `program` on every thread of this process (needs no_new_privs or CAP_SYS_ADMIN);
+    OSError when the kernel refuses."""
     buffer = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     libc = _libc()
@@ -251,7 +294,21 @@ def apply_seccomp() -> str:
     if result != 0:
         err = ctypes.get_errno() if result < 0 else errno.EBUSY  # >0: a thread that cannot sync
         raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
+
+
+def apply_seccomp() -> str:
+    """Install the layer's filter. Returns a human detail; raises OSError when the kernel refuses
+    or the arch is unknown."""
+    arch = host_arch()
+    _install(arch, build_filter(arch))
     return f"{arch.name}, {len(arch.refused)} syscalls + clone namespaces + socket families refused"
+
+
+def forbid_setid_modes() -> None:
+    """Install the set-ID filter in this process and all it starts (irrevocable). Raises OSError
+    where it cannot be installed: the caller then does not idmap."""
+    arch = host_arch()
+    _install(arch, build_setid_filter(arch))
 
 
 def seccomp_probe() -> str:

@@ -4,6 +4,10 @@ worker lives on, and what tools need (threads, subprocesses, inet/unix/netlink s
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -74,3 +78,41 @@ def test_filter_refuses_foreign_arch_and_x32_first() -> None:
     assert int.from_bytes(first[1][4:], "little") == 0xC000003E
     assert int.from_bytes(first[3][4:], "little") == 0x40000000
     assert program[-8:-4] == b"\x06\x00\x00\x00"  # ends on a RET
+
+
+SETID_CHILD = """
+import errno, os, sys
+from stockade.sandbox.isolation import namespaces, seccomp
+folder = sys.argv[1]
+namespaces.forbid_new_privileges()
+seccomp.forbid_setid_modes()
+def code(step):
+    try:
+        step()
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+    return "ok"
+path = os.path.join(folder, "f")
+print(code(lambda: os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o4755))),
+      code(lambda: os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))),
+      code(lambda: os.chmod(path, 0o2755)),
+      code(lambda: os.chmod(path, 0o755)),
+      code(lambda: os.mkdir(os.path.join(folder, "d"), 0o6755)),
+      code(lambda: os.mkdir(os.path.join(folder, "e"), 0o755)))
+"""
+
+
+def test_setid_filter_refuses_setid_modes_only(tmp_path: Path) -> None:
+    # One builder for both filters: the set-ID one comes from it on every known architecture.
+    for arch in (seccomp.X86_64, seccomp.AARCH64):
+        assert seccomp.build_setid_filter(arch)[-8:-4] == b"\x06\x00\x00\x00"
+    proc = subprocess.run(
+        [sys.executable, "-c", SETID_CHILD, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["EPERM", "ok", "EPERM", "ok", "EPERM", "ok"]
+    assert not os.stat(tmp_path / "f").st_mode & 0o6000
