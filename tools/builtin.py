@@ -2,7 +2,7 @@
 
 Refs: `stockade.tools.builtin:agent_toolset` (all six) or `stockade.tools.builtin:NAME` (one).
 File tools are confined to the call's workdir and `ToolContext.roots`; `bash` keeps one shell per
-session thread inside the worker (give it `worker_lifetime="thread"`).
+session thread inside the worker (`worker_lifetime="thread"`: the policy file's default for `bash`).
 """
 
 from __future__ import annotations

@@ -130,8 +130,9 @@ class Sandbox:
         self._ref_of: dict[str, str] = {}
         """Described tools' references by tool name (what `warm` needs to key their pools)."""
         self._key_of: dict[WorkerProcess, PoolKey] = {}
-        self._workdirs: dict[ResourcePolicy, str] = {}
         """The pool each live pooled worker belongs to (a blank one's until a tool adopts it)."""
+        self._temporary_workdir: str | None = None
+        """The one temporary workdir of the tools without a configured one (made on first use)."""
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
         self._live: set[WorkerProcess] = set()
@@ -255,14 +256,15 @@ class Sandbox:
         return worker
 
     def _workdir(self, policy: ResourcePolicy) -> str | None:
-        """The temporary workdir all tools of `policy` share (None for a configured workdir): the
-        files one tool writes are there for the next, as in one process, though each tool has its
-        own workers. Removed when the sandbox closes."""
+        """The temporary workdir every tool without a configured `workdir` shares (None for a
+        configured one), whatever its policy: the files one tool writes are there for the next, as in
+        one process (`write` a script, run it with `bash`), though each tool has its own workers.
+        Removed when the sandbox closes."""
         if policy.workdir is not None:
             return None
-        if policy not in self._workdirs:
-            self._workdirs[policy] = tempfile.mkdtemp(prefix="stockade-")
-        return self._workdirs[policy]
+        if self._temporary_workdir is None:
+            self._temporary_workdir = tempfile.mkdtemp(prefix="stockade-")
+        return self._temporary_workdir
 
     def _forget(self, worker: WorkerProcess) -> None:
         self._key_of.pop(worker, None)
@@ -499,8 +501,8 @@ class Sandbox:
                 self._zygotes.close()  # Synchronous: a cancelled close cannot skip it.
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
-        for workdir in self._workdirs.values():
-            await asyncio.to_thread(shutil.rmtree, workdir, ignore_errors=True)
+        if self._temporary_workdir is not None:
+            await asyncio.to_thread(shutil.rmtree, self._temporary_workdir, ignore_errors=True)
         self._imports.close()
 
 

@@ -19,6 +19,7 @@ from stockade.supervisor.config.policy import (
     DEFAULT_POLICY_FILE,
     ConfigError,
     PolicyConfig,
+    built_in_policy,
     load_policy_file,
     parse_policy_text,
 )
@@ -102,7 +103,7 @@ def discover_policy(path: str | None, start: str | os.PathLike[str] | None = Non
     """`--policy FILE` if given (a pyproject.toml there means its `[tool.stockade]`), else the file found
     upward from `start`, else the built-in defaults."""
     found = Path(path) if path is not None else find_policy(start)
-    return PolicyConfig() if found is None else load_discovered(found)
+    return built_in_policy() if found is None else load_discovered(found)
 
 
 STARTER_TOML = """\

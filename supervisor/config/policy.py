@@ -33,10 +33,12 @@ __all__ = [
     "COMMAND_TOOLS_REF",
     "DEFAULT_MAX_IDLE_S",
     "DEFAULT_POLICY_FILE",
+    "STATEFUL_TOOLS",
     "ApiSettings",
     "ConfigError",
     "PolicyConfig",
     "RunSettings",
+    "built_in_policy",
     "format_duration",
     "format_size",
     "load_policy_file",
@@ -179,6 +181,12 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """How often memory stores sync back while the session runs (floor 5 s); None: no memory."""
     memory_sync_deletions: Literal["enabled", "log_only", "disabled"] = "enabled"
     """Whether a memory file deleted locally deletes the server's memory (`log_only`: only logs)."""
+
+
+STATEFUL_TOOLS: dict[str, dict[str, Any]] = {"bash": {"worker_lifetime": "thread"}}
+"""Built-in tools that keep state between calls, and the fields that keep it, under `[defaults]` and
+over by the tool's own table: the built-in `bash` keeps one shell per session thread (its cwd and
+variables), which a per-call worker would lose. `[tools.bash] worker_lifetime = "call"` opts out."""
 
 
 class PolicyConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -377,10 +385,12 @@ def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
         raise ConfigError(f"{_where(source, 'tools')}: expected one [tools.NAME] table per tool")
     tools: dict[str, ResourcePolicy] = {}
     confirm: dict[str, bool] = {}
-    for name, raw in tools_raw.items():
+    for name in sorted({*STATEFUL_TOOLS, *tools_raw}):
         table = f"tools.{name}"
+        raw = tools_raw.get(name, {})
         fields, tool_confirm = _parse_policy_table(source, table, raw)
-        tools[name] = _build_policy(source, table, raw, {**default_fields, **fields})
+        built_in = STATEFUL_TOOLS.get(name, {})
+        tools[name] = _build_policy(source, table, raw, {**default_fields, **built_in, **fields})
         if tool_confirm is not None:
             confirm[name] = tool_confirm
     return PolicyConfig(
@@ -392,6 +402,11 @@ def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
         run=_parse_run(source, doc.get("run", {})),
         commands=_parse_commands(source, doc.get("commands", {})),
     )
+
+
+def built_in_policy() -> PolicyConfig:
+    """The policy without a file: `[defaults]` as documented, with `STATEFUL_TOOLS` pinned."""
+    return parse_policy_text("", source="(built-in defaults)")
 
 
 def load_policy_file(
