@@ -164,7 +164,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("no tools to serve: pass --tools MODULE:ATTR or set [run] tools in the policy file")
     setup_logging(args.verbose, printed_by_cli=_TAPPED)
     max_sessions = min(args.max_sessions, args.max_workers or args.max_sessions)
-    root = Path(args.workdir or tempfile.mkdtemp(prefix="stockade-serve-"))
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="stockade-serve-")).resolve()
     runner = runner_args(config, extra_tools=args.tools or ())
     runner["max_idle"] = given(args.max_idle, runner["max_idle"])
     runner["max_concurrent_calls"] = given(args.max_concurrent_calls, runner["max_concurrent_calls"])

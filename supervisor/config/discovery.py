@@ -91,7 +91,8 @@ def load_discovered(path: Path) -> PolicyConfig:
     from stockade.supervisor.config.exposure import refuse_exposed
 
     where = f"{path} [tool.stockade]"
-    config = parse_policy_text(_as_policy_text(_pyproject_table(path) or {}, where), where)
+    text = _as_policy_text(_pyproject_table(path) or {}, where)
+    config = parse_policy_text(text, where, base=str(path.resolve().parent))
     # The same refusal as for a stockade.toml: no writable folder may hold the supervisor's files
     # (this pyproject.toml included, which `source` does not name as a plain path).
     config = msgspec.structs.replace(config, source=str(path))

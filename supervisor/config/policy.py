@@ -163,6 +163,7 @@ _FIELDS: dict[str, tuple[str, Callable[[object], Any], str]] = {
     "network_bytes": ("network_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
     "disk": ("disk_bytes", _or_unlimited(_size), _SIZE + ' or "unlimited"'),
 }
+_PATH_FIELDS = ("read_only_paths", "writable_paths")
 _CONFIRM_KEY = "require_confirmation"
 _POLICY_TO_KEY = {field: key for key, (field, _, _) in _FIELDS.items()}
 
@@ -255,7 +256,9 @@ def _field_error(source: str, table: str, key: str, value: object, expected: str
     return ConfigError(f"{_where(source, table, key)}: got {_show(value)}, expected {expected}")
 
 
-def _parse_policy_table(source: str, table: str, raw: object) -> tuple[dict[str, Any], bool | None]:
+def _parse_policy_table(
+    source: str, table: str, raw: object, folder: str
+) -> tuple[dict[str, Any], bool | None]:
     """Parse one `[defaults]`/`[tools.NAME]` table into ResourcePolicy fields and the confirm flag."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{_where(source, table)}: got {_show(raw)}, expected a table")
@@ -272,11 +275,20 @@ def _parse_policy_table(source: str, table: str, raw: object) -> tuple[dict[str,
             raise ConfigError(f"{_where(source, table, key)}: unknown field (known fields: {known})")
         field, parse, expected = _FIELDS[key]
         try:
-            fields[field] = parse(value)
+            fields[field] = _anchored(field, parse(value), folder)
         except _Invalid as exc:
             detail = f" ({exc})" if str(exc) else ""
             raise _field_error(source, table, key, value, expected + detail) from None
     return fields, confirm
+
+
+def _anchored(field: str, value: Any, folder: str) -> Any:
+    """A path field's value with relative paths joined onto `folder`; any other value as it is."""
+    if field == "workdir" and isinstance(value, str):
+        return os.path.join(folder, value)
+    if field in _PATH_FIELDS and isinstance(value, list | tuple):
+        return [os.path.join(folder, item) if isinstance(item, str) else item for item in value]
+    return value
 
 
 def _build_policy(source: str, table: str, raw: Mapping[str, Any], fields: dict[str, Any]) -> ResourcePolicy:
@@ -366,8 +378,11 @@ def _parse_commands(source: str, raw: object) -> dict[str, dict[str, Any]]:
 _TOP_LEVEL = ("run", "defaults", "tools", "commands")
 
 
-def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
-    """Parse and validate policy TOML `text`; `source` names it in errors."""
+def parse_policy_text(text: str, source: str = "<text>", base: str | None = None) -> PolicyConfig:
+    """Parse and validate policy TOML `text`; `source` names it in errors. Relative paths in it
+    (`workdir`, `writable_paths`, `read_only_paths`) are taken from folder `base`, the policy file's
+    (default: the current directory), so workers, whose cwd differs, get absolute paths."""
+    folder = os.path.abspath(base or os.curdir)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -378,7 +393,7 @@ def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
                 f"{source}: unknown top-level key {key!r} (expected tables: {', '.join(_TOP_LEVEL)})"
             )
     default_raw = doc.get("defaults", {})
-    default_fields, confirm_default = _parse_policy_table(source, "defaults", default_raw)
+    default_fields, confirm_default = _parse_policy_table(source, "defaults", default_raw, folder)
     defaults = _build_policy(source, "defaults", default_raw, default_fields)
     tools_raw = doc.get("tools", {})
     if not isinstance(tools_raw, dict):
@@ -388,7 +403,7 @@ def parse_policy_text(text: str, source: str = "<text>") -> PolicyConfig:
     for name in sorted({*STATEFUL_TOOLS, *tools_raw}):
         table = f"tools.{name}"
         raw = tools_raw.get(name, {})
-        fields, tool_confirm = _parse_policy_table(source, table, raw)
+        fields, tool_confirm = _parse_policy_table(source, table, raw, folder)
         built_in = STATEFUL_TOOLS.get(name, {})
         tools[name] = _build_policy(source, table, raw, {**default_fields, **built_in, **fields})
         if tool_confirm is not None:
@@ -430,7 +445,7 @@ def _read_policy_file(path: str | os.PathLike[str]) -> PolicyConfig:
         raise ConfigError(f"{os.fspath(path)}: cannot read policy file: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{os.fspath(path)}: policy file is not UTF-8 text") from None
-    return parse_policy_text(text, os.fspath(path))
+    return parse_policy_text(text, os.fspath(path), base=os.path.dirname(os.path.abspath(path)))
 
 
 def format_duration(seconds: float | None) -> str:
