@@ -12,6 +12,7 @@ Without `-v` stderr shows only stockade's warnings and errors, minus the ones th
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable
 
@@ -20,8 +21,18 @@ __all__ = ["Tap", "fields_of", "setup_logging"]
 _FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
+_PLACEHOLDER = re.compile(r"(\w+)=(%[-#0 +]?\d*(?:\.\d+)?[sdirfgx])")
+
+
 def fields_of(record: logging.LogRecord) -> dict[str, str]:
-    """The `key=value` fields of an `event key=value` record."""
+    """The `key=value` fields of an `event key=value` record. A value is its whole argument, spaces
+    and all (an error message), when every field is a placeholder; else the words of the message."""
+    msg = str(record.msg)
+    placeholders = _PLACEHOLDER.findall(msg)
+    args = record.args if isinstance(record.args, tuple) else ()
+    every_field = len(placeholders) == len(re.findall(r"\w+=", msg)) == len(args)
+    if placeholders and every_field and "%%" not in msg:
+        return {key: spec % (arg,) for (key, spec), arg in zip(placeholders, args, strict=True)}
     words = record.getMessage().split()[1:]
     return dict(word.split("=", 1) for word in words if "=" in word)
 
