@@ -108,7 +108,11 @@ class NextCalls:
         self, view: SessionView, thread: str | None, handled: Container[str]
     ) -> TrackedCall | None:
         for call, behind in view.fifo(thread, self._owned):
+            if call.id in handled:
+                # Started or finished here, its result not yet seen in the stream: no decision to make
+                # (with results posted faster than the stream echoes them, the queue starts with many).
+                continue
             runs = decide(call, self._require_confirmation) == "run"
-            if runs and not behind and call.name in self._owned and call.id not in handled:
+            if runs and not behind and call.name in self._owned:
                 return call
         return None
