@@ -312,10 +312,18 @@ class Sandbox:
     async def warm(self, names: Iterable[str] = ()) -> None:
         """Start workers ahead of calls: fill the blank pool of the default policy and the pools of
         the tools `names` (blank ones of their policies for tools not described yet) to their
-        `pool_size` (within `max_workers`), all at once."""
-        keys = {_blank(self.default), *(self._key(name) for name in names)}
-        pooled = [k for k in keys if k[2].worker_lifetime != "thread"]
-        await asyncio.gather(*(self._refill(k) for k in pooled for _ in range(k[2].pool_size)))
+        `pool_size` (within `max_workers`), one worker after the other, the blank pool first.
+
+        One at a time because the zygote forks one worker after the other: a call that needs a worker
+        now waits behind at most one warm-up, not behind a worker for every tool (seven forks for the
+        built-in toolset, times the sessions `stockade serve` starts at once)."""
+        blank = _blank(self.default)
+        keys = [blank, *sorted({self._key(name) for name in names} - {blank}, key=repr)]
+        for key in keys:
+            if key[2].worker_lifetime == "thread":
+                continue
+            for _ in range(key[2].pool_size):
+                await self._refill(key)
 
     def warm_in_background(self, names: Iterable[str] = ()) -> None:
         """`warm` without waiting for it (cancelled if the sandbox closes first)."""
