@@ -216,6 +216,15 @@ def _prologue(arch: Arch) -> _Prog:
     return p
 
 
+def _epilogue(p: _Prog) -> bytes:
+    """The shared returns every jump of the prologue and the body may target, then the program."""
+    p.label("enosys")
+    p.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
+    p.label("eperm")
+    p.op(_RET_K, _RET_ERRNO | errno.EPERM)
+    return p.assemble()
+
+
 def build_filter(arch: Arch) -> bytes:
     """The filter for `arch` as packed `struct sock_filter` instructions."""
     p = _prologue(arch)
@@ -243,11 +252,7 @@ def build_filter(arch: Arch) -> bytes:
         p.op(_JEQ_K, sock_type, "eperm", 0)
     p.label("allow")
     p.op(_RET_K, _RET_ALLOW)
-    p.label("enosys")
-    p.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
-    p.label("eperm")
-    p.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    return p.assemble()
+    return _epilogue(p)
 
 
 def build_setid_filter(arch: Arch) -> bytes:
@@ -262,11 +267,7 @@ def build_setid_filter(arch: Arch) -> bytes:
         p.op(_LD_W_ABS, _off_arg_lo(arg))
         p.op(_JSET_K, _SETID_BITS, "eperm", 0)
         p.op(_RET_K, _RET_ALLOW)
-    p.label("enosys")
-    p.op(_RET_K, _RET_ERRNO | errno.ENOSYS)
-    p.label("eperm")
-    p.op(_RET_K, _RET_ERRNO | errno.EPERM)
-    return p.assemble()
+    return _epilogue(p)
 
 
 def _libc() -> ctypes.CDLL:
