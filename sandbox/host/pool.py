@@ -317,8 +317,7 @@ class Sandbox:
         One at a time because the zygote forks one worker after the other: a call that needs a worker
         now waits behind at most one warm-up, not behind a worker for every tool (seven forks for the
         built-in toolset, times the sessions `stockade serve` starts at once)."""
-        blank = _blank(self.default)
-        keys = [blank, *sorted({self._key(name) for name in names} - {blank}, key=repr)]
+        keys = dict.fromkeys([_blank(self.default), *(self._key(name) for name in names)])
         for key in keys:
             if key[2].worker_lifetime == "thread":
                 continue
