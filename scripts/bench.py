@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmarks: `python scripts/bench.py sandbox | session | all | profile | cold` (`bench_cold.py`) |
-`network` (`bench_net.py`).
+`serve` (`bench_serve.py`) | `network` (`bench_net.py`).
 
 `sandbox` measures the sandbox core alone: a call through a warm worker vs calling the same tool
 in-process; a fresh process per call; the time from a call's deadline until its tree is dead.
@@ -501,7 +501,7 @@ def _use_toolset(name: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite", choices=["sandbox", "session", "all", "profile", "cold"])
+    parser.add_argument("suite", choices=["sandbox", "session", "all", "profile", "cold", "serve"])
     parser.add_argument("--mode", choices=list(MODES), default="warm", help="profile: the mode to profile")
     parser.add_argument("--calls", type=int, default=200, help="profile: calls in the session")
     parser.add_argument("--toolset", choices=list(TOOLSETS), default="light", help="the tool module measured")
@@ -517,6 +517,10 @@ def main() -> None:
         from bench_cold import run_cold_bench
 
         run_cold_bench(TOOL_MODULE)
+    if args.suite == "serve":
+        from bench_serve import run_serve_bench
+
+        run_serve_bench(TOOL_MODULE)
 
 
 if __name__ == "__main__":
