@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from stockade.sandbox.host.pool import (
         CallRequest,
         Sandbox,
+        SharedDescriptions,
         SharedZygote,
         ToolLoadFailed,
         run_call_sync,
@@ -34,6 +35,7 @@ __all__ = [
     "OverLimit",
     "ResourcePolicy",
     "Sandbox",
+    "SharedDescriptions",
     "SharedZygote",
     "TimedOut",
     "ToolInfo",
@@ -46,7 +48,15 @@ __all__ = [
 
 _HOMES = {
     **dict.fromkeys(
-        ("CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"),
+        (
+            "CallRequest",
+            "Sandbox",
+            "SharedDescriptions",
+            "SharedZygote",
+            "ToolLoadFailed",
+            "run_call_sync",
+            "zygote_env",
+        ),
         "host.pool",
     ),
     **dict.fromkeys(

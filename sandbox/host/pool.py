@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 from stockade.sandbox.errors import SandboxError
 from stockade.sandbox.host.cpuwatch import CpuWatch
+from stockade.sandbox.host.descriptions import SharedDescriptions
 from stockade.sandbox.host.importpath import ImportFolder, default_import_paths
 from stockade.sandbox.host.outcomes import (
     call_usage,
@@ -62,7 +63,15 @@ from stockade.sandbox.wire.protocol import (
 from stockade.sandbox.wire.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
 from stockade.tools.registry import ToolLoadError
 
-__all__ = ["CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"]
+__all__ = [
+    "CallRequest",
+    "Sandbox",
+    "SharedDescriptions",
+    "SharedZygote",
+    "ToolLoadFailed",
+    "run_call_sync",
+    "zygote_env",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +113,8 @@ class Sandbox:
         preload_modules: tuple[str, ...] = TRUSTED_PRELOAD,
         preload: Sequence[str] = (),
         import_paths: Sequence[str] | None = None,
+        descriptions: SharedDescriptions | None = None,
+        warm_tools: bool = True,
     ) -> None:
         """`import_paths`: folders the referenced tool modules are looked up in (default: the folders on
         this process's own `sys.path`, the current directory for `python -m`, outside the interpreter);
@@ -111,7 +122,11 @@ class Sandbox:
         `preload`: installed modules the zygote imports once for every worker (only ones that load from
         the standard library or site-packages are imported: never a tool module or a writable folder).
         `zygote`: False for exec'd workers, or a `SharedZygote` several sandboxes fork from (its own
-        preloads then apply, not `preload_modules` and `preload`)."""
+        preloads then apply, not `preload_modules` and `preload`).
+        `descriptions`: tool descriptions shared with other sandboxes of the same references and
+        policies (`describe` then asks a worker only once for them all).
+        `warm_tools`: False has `warm` start only blank workers, which the first call of any tool
+        adopts, not workers for each described tool (for many short sessions that use few tools)."""
         self.policies = dict(policies or {})
         self.default = default if default is not None else ResourcePolicy()
         writable = [p for pol in (self.default, *self.policies.values()) for p in _writable(pol)]
@@ -155,6 +170,8 @@ class Sandbox:
         )
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
+        self._descriptions = descriptions
+        self._warm_tools = warm_tools
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -312,12 +329,14 @@ class Sandbox:
     async def warm(self, names: Iterable[str] = ()) -> None:
         """Start workers ahead of calls: fill the blank pool of the default policy and the pools of
         the tools `names` (blank ones of their policies for tools not described yet) to their
-        `pool_size` (within `max_workers`), one worker after the other, the blank pool first.
+        `pool_size` (within `max_workers`), one worker after the other, the blank pool first. With
+        `warm_tools=False` only the blank pool is filled.
 
         One at a time because the zygote forks one worker after the other: a call that needs a worker
         now waits behind at most one warm-up, not behind a worker for every tool (seven forks for the
         built-in toolset, times the sessions `stockade serve` starts at once)."""
-        keys = dict.fromkeys([_blank(self.default), *(self._key(name) for name in names)])
+        tools = [self._key(name) for name in names] if self._warm_tools else []
+        keys = dict.fromkeys([_blank(self.default), *tools])
         for key in keys:
             if key[2].worker_lifetime == "thread":
                 continue
@@ -458,9 +477,27 @@ class Sandbox:
 
     async def describe(self, refs: Sequence[str]) -> list[ToolInfo]:
         """Import `refs` in a worker and describe their tools; raises `ToolLoadFailed`. The worker
-        is retired afterwards: every reference's module has run in it, so it may serve no tool."""
-        policy = self.default
+        is retired afterwards: every reference's module has run in it, so it may serve no tool.
+        With `descriptions`, a clean description another sandbox got already is reused instead."""
         await asyncio.to_thread(self._imports.add, refs)
+        if self._descriptions is None:
+            reply = await self._describe_in_worker(refs)
+        else:
+            reply = await self._descriptions.get(refs, lambda: self._describe_in_worker(refs))
+        if reply.error is not None:
+            raise ToolLoadFailed(self._imports.original(reply.error))
+        for info in reply.tools:
+            self._note_ref(self.policy_for(info.name), info.ref)
+            self._ref_of[info.name] = info.ref
+        if reply.sdk:
+            zygote = await self._ensure_zygote()
+            if zygote is not None:
+                zygote.want(SDK_PRELOAD)
+        return reply.tools
+
+    async def _describe_in_worker(self, refs: Sequence[str]) -> Described:
+        """What a new worker answers to `DescribeTools(refs)`; the worker is then discarded."""
+        policy = self.default
         try:
             worker = await self._acquire(("", "describe", policy))
         except WorkerStartError as exc:
@@ -475,18 +512,10 @@ class Sandbox:
         except WorkerError as exc:
             await self._discard(worker, 0.0)
             raise ToolLoadFailed(f"describing {list(refs)} failed: {exc}") from None
-        if not isinstance(reply, Described):
-            await self._discard(worker, 0.0)
-            raise ToolLoadFailed(f"describing {list(refs)} failed: unexpected {type(reply).__name__}")
         await self._discard(worker, 0.0)
-        if reply.error is not None:
-            raise ToolLoadFailed(self._imports.original(reply.error))
-        for info in reply.tools:
-            self._note_ref(self.policy_for(info.name), info.ref)
-            self._ref_of[info.name] = info.ref
-        if reply.sdk and self._zygote is not None:
-            self._zygote.want(SDK_PRELOAD)
-        return reply.tools
+        if not isinstance(reply, Described):
+            raise ToolLoadFailed(f"describing {list(refs)} failed: unexpected {type(reply).__name__}")
+        return reply
 
     async def end_thread(self, thread: str | None, *, session: str | None = None) -> None:
         """Kill the workers pinned to session thread `thread` (`None`: the primary thread) of `session`."""

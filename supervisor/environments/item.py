@@ -22,7 +22,7 @@ import binascii
 import json
 import logging
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 import anthropic
 import httpx2 as httpx  # anthropic's own HTTP stack (a dependency of anthropic)
 import msgspec
-from stockade.sandbox import CallRequest, Sandbox, SharedZygote, ToolOutcome
+from stockade.sandbox import CallRequest, Sandbox, SharedDescriptions, SharedZygote, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.config.runner_args import RunnerArgs
@@ -47,7 +47,7 @@ from stockade.supervisor.environments.skills import download_skills
 from stockade.supervisor.runner.facade import SessionRunner
 from stockade.supervisor.runner.records import RunEnd
 
-__all__ = ["ItemSettings", "ServedItem", "sessions_token"]
+__all__ = ["ItemSettings", "ItemShares", "ServedItem", "http_transport", "sessions_token"]
 
 # After an abort the runner stops its tools (kill, no grace) and posts; fenced posts fail at once, so
 # this only bounds a runner that misbehaves. Shorter than the lease TTL the item is stopped within.
@@ -97,11 +97,30 @@ def sessions_token(secret: str | None) -> str | None:
     return token if isinstance(token, str) and token else None
 
 
-class _FencedTransport(httpx.AsyncBaseTransport):
-    """Passes requests on until `fence` is set; then refuses them locally with a permanent error."""
+def http_transport() -> httpx.AsyncHTTPTransport:
+    """A connection pool to the API, sized as the SDK's own client sizes its pool. Making one costs
+    tens of milliseconds of CPU (its TLS context loads the CA bundle), so a server shares one."""
+    return httpx.AsyncHTTPTransport(limits=anthropic.DEFAULT_CONNECTION_LIMITS)
 
-    def __init__(self, fence: asyncio.Event) -> None:
-        self._inner = httpx.AsyncHTTPTransport()
+
+@dataclass(frozen=True)
+class ItemShares:
+    """What the items one server serves share, made once: the zygote their workers fork from (its
+    start and preloaded libraries), the tools' descriptions, the API connection pool. Never a
+    session's workers, workdir or slot uids: each item's sandbox has its own."""
+
+    zygote: SharedZygote
+    descriptions: SharedDescriptions
+    transport: httpx.AsyncBaseTransport
+
+
+class _FencedTransport(httpx.AsyncBaseTransport):
+    """Passes requests on to `inner` until `fence` is set; then refuses them locally with a
+    permanent error. Closes `inner` only if it `owns` it (not a server's shared pool)."""
+
+    def __init__(self, fence: asyncio.Event, inner: httpx.AsyncBaseTransport, *, owns: bool) -> None:
+        self._inner = inner
+        self._owns = owns
         self._fence = fence
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -111,7 +130,8 @@ class _FencedTransport(httpx.AsyncBaseTransport):
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        if self._owns:
+            await self._inner.aclose()
 
 
 class _CountingSandbox(Sandbox):
@@ -137,10 +157,11 @@ class ServedItem:
         settings: ItemSettings,
         item: Any,
         env_client: anthropic.AsyncAnthropic,
-        zygote: SharedZygote | None = None,
+        shares: ItemShares | None = None,
     ) -> None:
+        """`shares`: what this item shares with the server's other items (None: all its own)."""
         self._settings = settings
-        self._zygote = zygote
+        self._shares = shares
         self.work_id: str = item.id
         self.session_id: str = item.data.id
         self._env_client = env_client
@@ -150,7 +171,7 @@ class ServedItem:
         self._client = anthropic.AsyncAnthropic(
             api_key=token,
             base_url=settings.base_url,
-            http_client=httpx.AsyncClient(transport=_FencedTransport(self._fence)),
+            http_client=httpx.AsyncClient(transport=self._transport()),
             default_headers=dict(settings.extra_headers or {}),
         )
         self._memory: MemoryHooks | None = None
@@ -158,10 +179,20 @@ class ServedItem:
         self._lease = Lease(self._client, settings.environment_id, self.work_id)
         self._workdir = settings.workdir_root / self.work_id
         self._memory_dir = settings.workdir_root / f"{self.work_id}.memory"
+        self._release_slot: Callable[[], None] = lambda: None
 
-    async def serve(self, drain: asyncio.Event) -> None:
-        """Claim, run, and end the item (see the module docstring)."""
+    def _transport(self) -> _FencedTransport:
+        if self._shares is None:
+            return _FencedTransport(self._fence, http_transport(), owns=True)
+        return _FencedTransport(self._fence, self._shares.transport, owns=False)
+
+    async def serve(self, drain: asyncio.Event, release_slot: Callable[[], None] = lambda: None) -> None:
+        """Claim, run, and end the item (see the module docstring). `release_slot` is called once,
+        as soon as the item holds no worker any more (its sandbox closed, or it never opened one):
+        what is left (the memory's last sync, stopping the item, removing its folders) holds no
+        session slot."""
         log.info("item_start work_id=%s session_id=%s", self.work_id, self.session_id)
+        self._release_slot = _once(release_slot)
         try:
             if not await self._lease.claim():
                 log.warning("item_not_claimed work_id=%s end=%s", self.work_id, self._lease.end)
@@ -176,6 +207,7 @@ class ServedItem:
             finally:
                 await cancel_and_wait(heartbeats)
         finally:
+            self._release_slot()
             self._fence.set()
             await self._client.close()
             shutil.rmtree(self._workdir, ignore_errors=True)
@@ -238,22 +270,31 @@ class ServedItem:
             policies=self._policies(settings.runner["policies"]),
             default=self._policy(settings.runner["default_policy"]),
             max_workers=settings.workers_per_session,
-            zygote=self._zygote if self._zygote is not None else True,
+            zygote=self._shares.zygote if self._shares is not None else True,
             preload=settings.runner["preload"],
+            descriptions=self._shares.descriptions if self._shares is not None else None,
+            # One blank worker ahead of the first call, not one per tool: a short session uses few.
+            warm_tools=False,
         )
-        async with sandbox:
-            runner = self._runner(sandbox)
-            run = asyncio.create_task(runner.until_done(), name=f"runner-{self.work_id}")
-            ended = asyncio.create_task(self._lease.ended.wait())
-            draining = asyncio.create_task(drain.wait())
-            try:
-                await asyncio.wait({run, ended, draining}, return_when=asyncio.FIRST_COMPLETED)
-                if not run.done():
-                    await self._end_run(runner, run, sandbox)
-            finally:
-                # `_end_run` ended `run` unless this task is being cancelled: then it goes too.
-                await cancel_and_wait(ended, draining, run)
-            self._log_end(run)
+        try:
+            async with sandbox:
+                await self._run_runner(sandbox, drain)
+        finally:
+            self._release_slot()
+
+    async def _run_runner(self, sandbox: _CountingSandbox, drain: asyncio.Event) -> None:
+        runner = self._runner(sandbox)
+        run = asyncio.create_task(runner.until_done(), name=f"runner-{self.work_id}")
+        ended = asyncio.create_task(self._lease.ended.wait())
+        draining = asyncio.create_task(drain.wait())
+        try:
+            await asyncio.wait({run, ended, draining}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.done():
+                await self._end_run(runner, run, sandbox)
+        finally:
+            # `_end_run` ended `run` unless this task is being cancelled: then it goes too.
+            await cancel_and_wait(ended, draining, run)
+        self._log_end(run)
 
     async def _end_run(
         self, runner: SessionRunner, run: asyncio.Task[RunEnd], sandbox: _CountingSandbox
@@ -342,3 +383,16 @@ class ServedItem:
             log.info("item_stopped work_id=%s force=%s", self.work_id, force)
         except anthropic.ConflictError:
             log.info("item_already_stopped work_id=%s", self.work_id)
+
+
+def _once(callback: Callable[[], None]) -> Callable[[], None]:
+    """`callback`, called at most once however often the result is."""
+    called = False
+
+    def call() -> None:
+        nonlocal called
+        if not called:
+            called = True
+            callback()
+
+    return call

@@ -2,7 +2,9 @@
 
 `WorkServer.serve(drain)` polls `GET /v1/environments/{env}/work/poll` while a session slot is free,
 acks each item and serves it (`serve_item.ServedItem`: lease, runner, stop) in its own task, up to
-`max_sessions` at once. A failing poll backs off (jittered, capped); an empty one pauses briefly
+`max_sessions` at once (a slot is free again as soon as its session's sandbox has closed: stopping the
+item and removing its folders go on outside the slot). What the sessions can safely share is made once
+(`item.ItemShares`: the zygote, the tools' description, the API connection pool). A failing poll backs off (jittered, capped); an empty one pauses briefly
 (the server already held it open for `block_ms`). Setting `drain` stops polling; running items finish
 their calls within the grace and are stopped; `serve` returns when the last one has ended.
 Scaling out is running more `stockade serve` processes on the same environment.
@@ -19,9 +21,9 @@ import uuid
 from typing import Any
 
 import anthropic
-from stockade.sandbox import SharedZygote, zygote_env
+from stockade.sandbox import SharedDescriptions, SharedZygote, zygote_env
 from stockade.sandbox.tasks import cancel_and_wait, settle
-from stockade.supervisor.environments.item import ItemSettings, ServedItem
+from stockade.supervisor.environments.item import ItemSettings, ItemShares, ServedItem, http_transport
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, backoff_s, is_permanent, jitter_s
 
 __all__ = ["DEFAULT_DRAIN_GRACE_S", "ENVIRONMENT_KEY_ENV", "WorkServer", "workers_per_session"]
@@ -61,9 +63,14 @@ class WorkServer:
         # Owned here: `serve` awaits every item before it returns.
         self._items: set[asyncio.Task[None]] = set()
         self._failures = 0
-        # One zygote for every session served: its start and preloaded libraries are paid once, while
-        # each session keeps its own sandbox (workers, workdirs, uids).
-        self._zygote = SharedZygote(zygote_env(f"serve-{self.worker_id}"), preload=settings.runner["preload"])
+        # Made once for every session served: the zygote (its start and preloaded libraries), the
+        # tools' description, the API connection pool; each session keeps its own sandbox (workers,
+        # workdirs, uids).
+        self.shares = ItemShares(
+            zygote=SharedZygote(zygote_env(f"serve-{self.worker_id}"), preload=settings.runner["preload"]),
+            descriptions=SharedDescriptions(),
+            transport=http_transport(),
+        )
 
     async def serve(self, drain: asyncio.Event) -> None:
         """Serve items until `drain` is set, then let the running ones finish."""
@@ -77,21 +84,22 @@ class WorkServer:
                 if item is None:
                     slots.release()
                     continue
-                self._start(ServedItem(self._settings, item, self._client, self._zygote), drain, slots)
+                self._start(ServedItem(self._settings, item, self._client, self.shares), drain, slots)
         finally:
             log.info("serve_draining running_items=%d", len(self._items))
             try:
                 await settle(*self._items)
             finally:
-                self._zygote.close()
+                self.shares.zygote.close()
+                await self.shares.transport.aclose()
                 await self._client.close()
                 log.info("serve_end environment_id=%s", self._settings.environment_id)
 
     def _start(self, item: ServedItem, drain: asyncio.Event, slots: asyncio.Semaphore) -> None:
-        task = asyncio.create_task(item.serve(drain), name=f"item-{item.work_id}")
+        # The slot is free once the item's sandbox closed; the item's own ending goes on without it.
+        task = asyncio.create_task(item.serve(drain, slots.release), name=f"item-{item.work_id}")
         self._items.add(task)
         task.add_done_callback(self._items.discard)
-        task.add_done_callback(lambda _: slots.release())
 
     async def _next_item(self) -> Any:
         """One acked item, or None after an empty or failed poll (having paused or backed off)."""
