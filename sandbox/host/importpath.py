@@ -11,6 +11,7 @@ and the policy's writable paths.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import sys
@@ -93,6 +94,30 @@ class ImportFolder:
         else:
             shutil.copy2(source, target)
         self._copied[rel] = source
+
+    def imports_directly(self, refs: Iterable[str], package: str) -> bool:
+        """Whether the copied module of some reference has an `import package` or `from package
+        import` statement of its own (read, never run; an import made elsewhere is not seen). Lets
+        the zygote import that package before the worker that describes the references forks."""
+        return any(self._imports(ref.partition(":")[0], package) for ref in refs)
+
+    def _imports(self, module: str, package: str) -> bool:
+        rel = module.replace(".", "/")
+        for candidate in (Path(self.path, f"{rel}.py"), Path(self.path, rel, "__init__.py")):
+            try:
+                tree = ast.parse(candidate.read_bytes())
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                continue  # not copied, or the worker's own import will report it
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                if any(name.partition(".")[0] == package for name in names):
+                    return True
+        return False
 
     def original(self, text: str) -> str:
         """`text` (a worker's load error) with each copy's path put back as the user's own file, so a

@@ -140,6 +140,8 @@ class Sandbox:
         self._idle: dict[PoolKey, list[WorkerProcess]] = {}
         self._starting: Counter[PoolKey] = Counter()
         """Pool workers being started ahead of calls, per pool (they count towards `pool_size`)."""
+        self._awaiting: Counter[ResourcePolicy] = Counter()
+        """Calls waiting for a worker being started ahead of them, per policy (`_started_ahead`)."""
         self._clean: set[tuple[str, ResourcePolicy]] = set()
         """References that imported cleanly under a policy: a new worker of theirs imports it early."""
         self._ref_of: dict[str, str] = {}
@@ -314,6 +316,7 @@ class Sandbox:
             return
         finally:
             self._starting[key] -= 1
+            self._changed()  # A call waiting for this worker looks again (it may have failed).
         if self._closed:
             await self._discard(worker, 0.0)
         else:
@@ -353,9 +356,26 @@ class Sandbox:
         self._clean.add((ref, policy))
 
     async def _acquire(self, key: PoolKey) -> WorkerProcess:
-        """An idle worker of pool `key` (or a blank one), or a new one once there is room."""
-        worker = self._pop_idle(key) or await self._make_room(key)
+        """An idle worker of pool `key` (or a blank one), or one being started ahead of calls for it,
+        or a new one once there is room."""
+        worker = self._pop_idle(key) or await self._started_ahead(key) or await self._make_room(key)
         return worker if worker is not None else await self._spawn(key)
+
+    async def _started_ahead(self, key: PoolKey) -> WorkerProcess | None:
+        """The worker of pool `key` (or a blank one) being started ahead of calls, once it is ready;
+        None when no such worker is starting that another waiting call has not counted on. A call
+        that comes while its worker is still starting (the first call of a session, just after
+        `warm`) waits for that worker instead of forking a second one behind it."""
+        policy = key[2]
+        while self._starting[key] + self._starting[_blank(policy)] > self._awaiting[policy]:
+            self._awaiting[policy] += 1
+            try:
+                await self._change.wait()
+            finally:
+                self._awaiting[policy] -= 1
+            if (worker := self._pop_idle(key)) is not None:
+                return worker
+        return None
 
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
         """Return a worker to its pool, or retire it (in the background when it is healthy)."""
@@ -480,6 +500,8 @@ class Sandbox:
         is retired afterwards: every reference's module has run in it, so it may serve no tool.
         With `descriptions`, a clean description another sandbox got already is reused instead."""
         await asyncio.to_thread(self._imports.add, refs)
+        if await asyncio.to_thread(self._imports.imports_directly, refs, SDK_PRELOAD[0]):
+            await self._want_sdk()  # The describing worker then forks with it imported already.
         if self._descriptions is None:
             reply = await self._describe_in_worker(refs)
         else:
@@ -490,10 +512,14 @@ class Sandbox:
             self._note_ref(self.policy_for(info.name), info.ref)
             self._ref_of[info.name] = info.ref
         if reply.sdk:
-            zygote = await self._ensure_zygote()
-            if zygote is not None:
-                zygote.want(SDK_PRELOAD)
+            await self._want_sdk()
         return reply.tools
+
+    async def _want_sdk(self) -> None:
+        """Have the zygote preload the SDK (before its next fork)."""
+        zygote = await self._ensure_zygote()
+        if zygote is not None:
+            zygote.want(SDK_PRELOAD)
 
     async def _describe_in_worker(self, refs: Sequence[str]) -> Described:
         """What a new worker answers to `DescribeTools(refs)`; the worker is then discarded."""
