@@ -1,0 +1,99 @@
+"""`stockade serve` shares between its sessions what is safe to share and nothing else: the tools are
+described once for every session (one describing worker in all), each session starts just the worker
+its calls need (no pool per tool), and every session's calls still run in workers of its own, in its
+own workdir. A real `stockade serve` process against the emulator's work queue."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stockade.emulator import Emulator
+
+pytestmark = pytest.mark.timeout(120)
+
+ENV_ID = "env_sharing"
+SESSIONS = 6
+CALLS = 2
+EXIT_TIMEOUT_S = 20.0
+TOOLS = '''\
+"""Which worker process a call ran in (a token drawn at import), and in which folder."""
+
+import os
+import uuid
+
+from stockade.tools.base import tool
+
+WORKER_TOKEN = uuid.uuid4().hex
+
+
+@tool
+def where() -> str:
+    """This worker's token and the current directory."""
+    return f"{WORKER_TOKEN} {os.getcwd()}"
+
+
+@tool
+def unused_one() -> str:
+    """Never called."""
+    return ""
+
+
+@tool
+def unused_two() -> str:
+    """Never called."""
+    return ""
+
+
+TOOLS = [where, unused_one, unused_two]
+'''
+
+
+def _session(index: int) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = [{"running": True}]
+    for call in range(CALLS):
+        steps += [{"tool_use": "where", "id": f"tu_{index}_{call}"}, {"wait": [f"tu_{index}_{call}"]}]
+    return {"id": f"sesn_share_{index}", "steps": [*steps, {"terminate": True}]}
+
+
+def _answers(emu: Emulator, sid: str) -> list[tuple[str, str]]:
+    results = [e for e in emu.posted_events(sid) if e["type"] == "user.tool_result"]
+    assert len(results) == CALLS and not any(r.get("is_error") for r in results), results
+    token_and_dir = [r["content"][0]["text"].split(" ", 1) for r in results]
+    return [(token, folder) for token, folder in token_and_dir]
+
+
+def test_sessions_share_the_description_and_keep_their_own_workers_and_workdirs(tmp_path: Path) -> None:
+    (tmp_path / "sharing_tools.py").write_text(TOOLS)
+    workdirs = tmp_path / "work"
+    with Emulator(api_key=None) as emu:
+        emu.add_environment(ENV_ID, [_session(i) for i in range(SESSIONS)])
+        env = {**os.environ, "ANTHROPIC_ENVIRONMENT_KEY": "env-key", "ANTHROPIC_BASE_URL": emu.base_url}
+        env.pop("ANTHROPIC_API_KEY", None)
+        argv = [sys.executable, "-m", "stockade.supervisor", "serve", "--environment-id", ENV_ID, "-v"]
+        argv += ["--tools", "sharing_tools:TOOLS", "--max-sessions", "3", "--max-idle", "5"]
+        argv += ["--workdir", str(workdirs)]
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            for index in range(SESSIONS):
+                emu.wait_until_finished(f"sesn_share_{index}", 60)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+        answers = {index: _answers(emu, f"sesn_share_{index}") for index in range(SESSIONS)}
+    assert proc.returncode == 0, err[-3000:]
+    # One worker described the tools for all six sessions; each session then started one worker
+    # (its calls' tool only: none for the two tools it never called).
+    assert err.count("worker_started") == SESSIONS + 1, err[-3000:]
+    tokens = {index: {token for token, _ in calls} for index, calls in answers.items()}
+    folders = {index: {folder for _, folder in calls} for index, calls in answers.items()}
+    assert all(len(found) == 1 for found in tokens.values())  # A session's calls reuse its worker...
+    assert len(set().union(*tokens.values())) == SESSIONS  # ...which serves no other session.
+    assert all(len(found) == 1 for found in folders.values())
+    assert len(set().union(*folders.values())) == SESSIONS  # A workdir of its own, under --workdir.
+    assert all(Path(folder).parent == workdirs.resolve() for (folder,) in folders.values())
