@@ -1,6 +1,6 @@
 """`python scripts/bench.py serve --toolset light|sdk`: many short sessions from one work queue.
 
-For each shape (sessions × calls: 16×10 and 64×5) the sessions are queued in one emulator
+For each shape (sessions x calls: 16x10 and 64x5) the sessions are queued in one emulator
 environment's work queue, each making its calls one after the other and then terminating. Two
 processes serve the same queue in turn: the SDK's own environment worker
 (`client.beta.environments.work.worker(...)`, its tools in-process; the baseline) and
@@ -24,7 +24,7 @@ __all__ = ["run_serve_bench"]
 
 SHAPES = ((16, 10), (64, 5))
 """(sessions, calls per session)."""
-SERVE_RUNS = 3
+SERVE_RUNS = int(os.environ.get("BENCH_SERVE_RUNS", "3"))
 MAX_SESSIONS = 4
 SERVE_TIMEOUT_S = 300.0
 EXIT_TIMEOUT_S = 30.0
@@ -66,7 +66,12 @@ def _served_s(emu: Any, shape: tuple[int, int], argv: list[str], env: dict[str, 
     items = emu.add_environment(environment_id, [_session(i, calls) for i in range(sessions)])
     started = time.time()
     proc = subprocess.Popen(
-        [*argv, environment_id], env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*argv, environment_id],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         for item in items:

@@ -2,11 +2,12 @@
 
 `WorkServer.serve(drain)` polls `GET /v1/environments/{env}/work/poll` while a session slot is free,
 acks each item and serves it (`serve_item.ServedItem`: lease, runner, stop) in its own task, up to
-`max_sessions` at once (a slot is free again as soon as its session's sandbox has closed: stopping the
-item and removing its folders go on outside the slot). What the sessions can safely share is made once
-(`item.ItemShares`: the zygote, the tools' description, the API connection pool). A failing poll backs off (jittered, capped); an empty one pauses briefly
-(the server already held it open for `block_ms`). Setting `drain` stops polling; running items finish
-their calls within the grace and are stopped; `serve` returns when the last one has ended.
+`max_sessions` at once (a slot is free again as soon as its session's sandbox has closed: stopping
+the item and removing its folders go on outside the slot). What the sessions can safely share is
+made once (`item.ItemShares`: the zygote, the tools' description, the API connection pool). A
+failing poll backs off (jittered, capped); an empty one pauses briefly (the server already held it
+open for `block_ms`). Setting `drain` stops polling; running items finish their calls within the
+grace and are stopped; `serve` returns when the last one has ended.
 Scaling out is running more `stockade serve` processes on the same environment.
 
 Errors: a permanent poll refusal (bad key, unknown environment) raises `anthropic.APIStatusError`.
