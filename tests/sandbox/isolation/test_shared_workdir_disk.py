@@ -6,6 +6,8 @@ private `/tmp` was capped: a tool wrote without bound to its workdir on the host
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,43 @@ def test_scratch_size_rule_and_removal() -> None:
     Path(scratch.path, "f").write_bytes(b"x")
     scratch.remove()
     assert scratch.path not in _stockade_tmpfs() and not os.path.exists(scratch.path)
+
+
+OWNER = """\
+import os, sys, time
+from stockade.sandbox.isolation.scratch import Scratch
+scratch = Scratch(1 << 20)
+print(scratch.path, scratch.capped, flush=True)
+if sys.argv[1] == "die":
+    os._exit(0)  # as a SIGKILLed supervisor would: the sandbox never closes
+time.sleep(60)
+"""
+
+
+def _owner(mode: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, mode], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    path, capped = proc.stdout.readline().split()
+    assert capped == "True", capped
+    return proc, path
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_supervisors_cap_is_swept_a_live_ones_is_kept() -> None:
+    """A tmpfs pins memory until unmounted: one a crashed supervisor left goes at the next cap."""
+    dead, dead_path = _owner("die")
+    dead.wait(timeout=30)
+    live, live_path = _owner("live")
+    try:
+        assert dead_path not in _stockade_tmpfs(), "the second supervisor did not sweep the first's cap"
+        assert not os.path.exists(dead_path)
+        Scratch(None).remove()  # an uncapped folder sweeps nothing, and the live one's cap stays
+        mine = Scratch(MIB)
+        assert live_path in _stockade_tmpfs() and mine.path in _stockade_tmpfs()
+        mine.remove()
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+    assert live_path in _stockade_tmpfs()  # killed too: the next cap sweeps it
+    Scratch(MIB).remove()
+    assert live_path not in _stockade_tmpfs() and not os.path.exists(live_path)
