@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import shutil
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -49,6 +47,7 @@ from stockade.sandbox.host.worker import (
 from stockade.sandbox.host.zygote import SharedZygote, Zygote
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
+from stockade.sandbox.isolation.scratch import Scratch, shared_workdir_size
 from stockade.sandbox.outcome import Completed, Failed, ToolOutcome
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.protocol import (
@@ -148,7 +147,7 @@ class Sandbox:
         """Described tools' references by tool name (what `warm` needs to key their pools)."""
         self._key_of: dict[WorkerProcess, PoolKey] = {}
         """The pool each live pooled worker belongs to (a blank one's until a tool adopts it)."""
-        self._temporary_workdir: str | None = None
+        self._scratch: Scratch | None = None
         """The one temporary workdir of the tools without a configured one (made on first use)."""
         self._pinned: dict[ThreadKey, WorkerProcess] = {}
         self._thread_locks: dict[ThreadKey, asyncio.Lock] = {}
@@ -278,12 +277,14 @@ class Sandbox:
         """The temporary workdir every tool without a configured `workdir` shares (None for a
         configured one), whatever its policy: the files one tool writes are there for the next, as in
         one process (`write` a script, run it with `bash`), though each tool has its own workers.
-        Removed when the sandbox closes."""
+        Capped by the largest `disk` among those tools where the host allows it (`scratch`); removed
+        when the sandbox closes."""
         if policy.workdir is not None:
             return None
-        if self._temporary_workdir is None:
-            self._temporary_workdir = tempfile.mkdtemp(prefix="stockade-")
-        return self._temporary_workdir
+        if self._scratch is None:
+            sharing = (pol for pol in (self.default, *self.policies.values()) if pol.workdir is None)
+            self._scratch = Scratch(shared_workdir_size(pol.disk_bytes for pol in sharing))
+        return self._scratch.path
 
     def _forget(self, worker: WorkerProcess) -> None:
         self._key_of.pop(worker, None)
@@ -563,8 +564,8 @@ class Sandbox:
                 self._zygotes.close()  # Synchronous: a cancelled close cannot skip it.
         self._idle.clear()
         await asyncio.to_thread(tree.sweep_marked, self.marker)
-        if self._temporary_workdir is not None:
-            await asyncio.to_thread(shutil.rmtree, self._temporary_workdir, ignore_errors=True)
+        if self._scratch is not None:
+            await asyncio.to_thread(self._scratch.remove)
         self._imports.close()
 
 

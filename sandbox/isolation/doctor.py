@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
-from stockade.sandbox.isolation.cage import LAYERS, LayerStatus, probe
+import os
 
-__all__ = ["allowlist_status", "doctor_report", "format_table"]
+from stockade.sandbox.isolation.cage import LAYERS, LayerStatus, probe
+from stockade.sandbox.isolation.scratch import Scratch
+
+__all__ = ["allowlist_status", "doctor_report", "format_table", "shared_workdir_status"]
 
 
 def doctor_report() -> list[LayerStatus]:
@@ -37,3 +40,18 @@ def format_table(statuses: list[LayerStatus]) -> str:
             state = f"unavailable: {status.reason}"
         lines.append(f"{status.name.ljust(width)}  {state}")
     return "\n".join(lines)
+
+
+def shared_workdir_status() -> LayerStatus:
+    """Whether this host caps the shared temporary workdir by `disk`: really mounts a small tmpfs."""
+    scratch = Scratch(1 << 20)
+    try:
+        capped = scratch.capped
+    finally:
+        scratch.remove()
+    if capped:
+        return LayerStatus("shared_workdir_disk", True, "a tmpfs, the largest `disk` of its tools")
+    reason = "needs root" if os.geteuid() != 0 else "mounting a tmpfs failed (see the log)"
+    return LayerStatus(
+        "shared_workdir_disk", False, f"{reason}: the shared temporary workdir is on the host's disk"
+    )

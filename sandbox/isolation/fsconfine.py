@@ -1,9 +1,10 @@
 """Filesystem confinement through a private mount namespace (worker side: root, or a user namespace).
 
 Inside the worker's own mount namespace:
-- `/tmp`, `/var/tmp`, `/dev/shm` and a temporary workdir become folders of one private tmpfs whose
-  size is the policy's `disk` (a write past it fails with ENOSPC); with `disk` unlimited, each tmp
-  dir is its own 64 MiB tmpfs and the temporary workdir stays on the host's disk;
+- `/tmp`, `/var/tmp` and `/dev/shm` become folders of one private tmpfs whose size is the policy's
+  `disk` (a write past it fails with ENOSPC); with `disk` unlimited, each is its own 64 MiB tmpfs.
+  The sandbox's shared temporary workdir outlives the worker, so its cap is the supervisor's
+  (`scratch`): it is bound back like any writable path;
 - in a PID namespace of its own, the worker gets a fresh `/proc` showing only its namespace's pids;
 - secret directories (`/root`, `/home`, `/run`, `/etc/ssh`, ...) are covered by empty tmpfs mounts and
   secret files (`/etc/shadow`, ...) by `/dev/null`;
@@ -23,6 +24,7 @@ from collections.abc import Iterable
 
 import msgspec
 from stockade.sandbox.isolation import syscalls
+from stockade.sandbox.isolation.scratch import DISK_INODES, mount_tmpfs
 from stockade.sandbox.paths import below_any
 
 __all__ = [
@@ -40,7 +42,6 @@ SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", 
 PRIVATE_TMP_BYTES = 64 << 20
 PRIVATE_TMP_INODES = 20_000
 HIDDEN_DIR_BYTES = 1 << 20
-DISK_INODES = 100_000
 DISK_PARTS = ".stockade-disk"
 STAGING_DIR = "/tmp"
 MS_NOEXEC = 8
@@ -75,16 +76,11 @@ def _open_keep(paths: Iterable[str]) -> dict[str, int]:
     return fds
 
 
-def _tmpfs(target: str, size_bytes: int, inodes: int, mode: str) -> None:
-    opts = f"size={size_bytes},nr_inodes={inodes},mode={mode}"
-    syscalls.mount("tmpfs", target, "tmpfs", syscalls.MS_NOSUID | syscalls.MS_NODEV, opts)
-
-
 def _cover(existing_tmp: list[str], existing_hidden: list[str]) -> None:
     for path in existing_tmp:
-        _tmpfs(path, PRIVATE_TMP_BYTES, PRIVATE_TMP_INODES, "1777")
+        mount_tmpfs(path, PRIVATE_TMP_BYTES, PRIVATE_TMP_INODES, "1777")
     for path in existing_hidden:
-        _tmpfs(path, HIDDEN_DIR_BYTES, 64, HIDDEN_DIR_MODE)
+        mount_tmpfs(path, HIDDEN_DIR_BYTES, 64, HIDDEN_DIR_MODE)
     for path in SECRET_FILES:
         if os.path.lexists(path):
             syscalls.mount("/dev/null", path, None, syscalls.MS_BIND)
@@ -111,25 +107,23 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     fresh_proc: bool = False
     """Mount a new `/proc` (the worker is in a PID namespace of its own: it then shows only its pids)."""
     disk_bytes: int | None = None
-    """Size of the one tmpfs behind the private tmp dirs (and a temporary workdir); None: 64 MiB each."""
-    temporary_workdir: bool = False
-    """The workdir is the worker's own scratch folder: it moves onto the disk tmpfs too."""
+    """Size of the one tmpfs behind the private tmp dirs; None: 64 MiB each."""
 
 
-def _mount_disk(tmp_dirs: list[str], workdir: str | None, size_bytes: int) -> None:
-    """One tmpfs of `size_bytes` behind every private tmp dir (and `workdir`): a cap on all writes.
+def _mount_disk(tmp_dirs: list[str], size_bytes: int) -> None:
+    """One tmpfs of `size_bytes` behind every private tmp dir: a cap on all their writes together.
 
     The tmpfs is mounted on `/tmp`; a subfolder of it per target is bound onto that target, `/tmp`'s
     own first (over the tmpfs root, which stays reachable through an fd), so no target sees the others.
     """
-    _tmpfs(STAGING_DIR, size_bytes, DISK_INODES, "0755")
-    targets = [STAGING_DIR, *(p for p in tmp_dirs if p != STAGING_DIR), *([workdir] if workdir else [])]
+    mount_tmpfs(STAGING_DIR, size_bytes, DISK_INODES, "0755")
+    targets = [STAGING_DIR, *(p for p in tmp_dirs if p != STAGING_DIR)]
     root = os.open(STAGING_DIR, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for index, target in enumerate(targets):
+        for index in range(len(targets)):
             part = os.path.join(STAGING_DIR, DISK_PARTS, str(index))
             os.makedirs(part)
-            os.chmod(part, 0o700 if target == workdir else 0o1777)
+            os.chmod(part, 0o1777)
         for index, target in enumerate(targets):
             os.makedirs(target, exist_ok=True)
             syscalls.mount(f"/proc/self/fd/{root}/{DISK_PARTS}/{index}", target, None, syscalls.MS_BIND)
@@ -145,8 +139,7 @@ def confine_filesystem(view: View) -> str:
     workdir = os.path.abspath(view.workdir)
     tmp_dirs = [p for p in PRIVATE_TMP_DIRS if os.path.isdir(p)]
     disk_on = view.disk_bytes is not None and STAGING_DIR in tmp_dirs
-    disk_workdir = workdir if view.temporary_workdir and disk_on else None
-    rw_paths = sorted({workdir, *(os.path.abspath(p) for p in view.writable)} - {disk_workdir}, key=len)
+    rw_paths = sorted({workdir, *(os.path.abspath(p) for p in view.writable)}, key=len)
     hidden = [p for p in HIDDEN_DIRS if os.path.isdir(p) and not os.path.islink(p)]
     covered = tmp_dirs + hidden
     ro_paths = [
@@ -159,7 +152,7 @@ def confine_filesystem(view: View) -> str:
     fds = _open_keep([*ro_paths, *rw_paths])
     try:
         if disk_on and view.disk_bytes is not None:
-            _mount_disk(tmp_dirs, disk_workdir, view.disk_bytes)
+            _mount_disk(tmp_dirs, view.disk_bytes)
             _cover([], hidden)
         else:
             _cover(tmp_dirs, hidden)
@@ -169,7 +162,7 @@ def confine_filesystem(view: View) -> str:
         for fd in fds.values():
             os.close(fd)
     syscalls.mount_setattr("/", syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NOSUID, recursive=True)
-    writable = [*tmp_dirs, *([disk_workdir] if disk_workdir else []), *(p for p in rw_paths if p in fds)]
+    writable = [*tmp_dirs, *(p for p in rw_paths if p in fds)]
     for path in writable:
         syscalls.mount_setattr(path, 0, syscalls.MOUNT_ATTR_RDONLY)
     os.chdir(workdir)  # a cwd inside a covered directory would still reach what it hides

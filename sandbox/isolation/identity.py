@@ -21,7 +21,15 @@ from collections.abc import Iterable
 
 from stockade.sandbox.isolation import syscalls
 
-__all__ = ["NOBODY_UID", "allocate_uid", "drop_to", "lock_dir", "release_uid", "traversable_by_others"]
+__all__ = [
+    "NOBODY_UID",
+    "allocate_uid",
+    "drop_to",
+    "lock_dir",
+    "release_uid",
+    "traversable_by_others",
+    "try_hold",
+]
 
 SLOT_UID_BASE = 61000
 SLOT_UID_COUNT = 4000
@@ -50,10 +58,10 @@ def lock_dir() -> str:
     return path
 
 
-def _try_hold(folder: str, uid: int) -> int | None:
-    """The fd of `uid`'s lock file, locked by us; None if another process holds it."""
+def try_hold(folder: str, name: str) -> int | None:
+    """The fd of lock file `<folder>/<name>.lock`, locked by us; None if another process holds it."""
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(os.path.join(folder, f"{uid}.lock"), flags, 0o600)
+    fd = os.open(os.path.join(folder, f"{name}.lock"), flags, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -81,7 +89,7 @@ def allocate_uid(shared_paths: tuple[str, ...] = ()) -> int:
         for uid in range(SLOT_UID_BASE, SLOT_UID_BASE + SLOT_UID_COUNT):
             if uid in _in_use:
                 continue
-            fd = _try_hold(folder, uid)
+            fd = try_hold(folder, str(uid))
             if fd is not None:
                 _in_use[uid] = fd
                 if shared_paths:

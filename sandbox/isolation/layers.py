@@ -204,9 +204,6 @@ def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Call
         readable=policy.read_only_paths,
         fresh_proc=pidns_on,
         disk_bytes=policy.disk_bytes,
-        # A temporary workdir is shared by the workers of a policy (one tool writes, another edits), so
-        # it stays the host folder the supervisor made, not a tmpfs private to one worker.
-        temporary_workdir=False,
     )
     return lambda: fsconfine.confine_filesystem(view)
 

@@ -18,6 +18,7 @@ __all__ = [
     "CLONE_NEWNET",
     "CLONE_NEWNS",
     "CLONE_NEWUSER",
+    "MNT_DETACH",
     "MOUNT_ATTR_NOSUID",
     "MOUNT_ATTR_RDONLY",
     "MS_BIND",
@@ -35,6 +36,7 @@ __all__ = [
     "mount",
     "mount_setattr",
     "prctl",
+    "umount2",
     "unshare",
 ]
 
@@ -47,6 +49,7 @@ MS_NODEV = 4
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
@@ -115,6 +118,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
     result = _libc().mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data))
     _check(result, f"mount {target}")
+
+
+def umount2(target: str, flags: int) -> None:
+    """umount2(2)."""
+    _check(_libc().umount2(os.fsencode(target), ctypes.c_int(flags)), f"umount {target}")
 
 
 def mount_setattr(path: str, attr_set: int, attr_clr: int = 0, *, recursive: bool = False) -> None:

@@ -73,11 +73,16 @@ def _out(text: str) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """`stockade doctor`: which isolation layers this host can apply, and why not."""
     import msgspec
-    from stockade.sandbox.isolation.doctor import allowlist_status, doctor_report, format_table
+    from stockade.sandbox.isolation.doctor import (
+        allowlist_status,
+        doctor_report,
+        format_table,
+        shared_workdir_status,
+    )
     from stockade.supervisor.cli import output
 
     report = doctor_report()
-    modes = [allowlist_status()]
+    modes = [allowlist_status(), shared_workdir_status()]
     if args.json:
         _out(
             output.to_json_line({"layers": msgspec.to_builtins(report), "modes": msgspec.to_builtins(modes)})

@@ -95,3 +95,11 @@ def test_a_root_owned_cgroup_is_named_as_the_obstacle(user: pwd.struct_passwd) -
         code = code.replace("/sys/fs/cgroup'", "/sys/fs/cgroup/unified'")
     out = _as(user, SYSTEM_PYTHON, "-c", code % user.pw_uid)
     assert f"belongs to uid 0, not to you (uid {user.pw_uid}): nothing is delegated" in out, out
+
+
+@pytest.mark.timeout(90)
+def test_doctor_says_a_non_root_users_shared_workdir_is_uncapped(user: pwd.struct_passwd) -> None:
+    """Only root can mount the `disk` cap on the shared temporary workdir; doctor says so plainly."""
+    out = _as(user, SYSTEM_PYTHON, "-c", DOCTOR)
+    line = next(line for line in out.splitlines() if line.startswith("shared_workdir_disk"))
+    assert "unavailable: needs root: the shared temporary workdir is on the host's disk" in line, line

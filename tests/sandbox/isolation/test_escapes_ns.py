@@ -147,8 +147,8 @@ def _disk_policy(**changes: Any) -> Any:
 
 @pytest.mark.parametrize(
     ("paths", "mib"),
-    # The temporary workdir is shared by a policy's workers, so it is the host's disk, not the
-    # worker's capped tmpfs (README, `disk`): one big file goes to /tmp.
+    # The private tmp dirs, one tmpfs of `disk` per worker (the shared workdir's cap is the
+    # supervisor's: test_shared_workdir_disk.py).
     [(["/tmp/big.bin"], 16), (["/tmp/a.bin", "/var/tmp/b.bin", "/dev/shm/c.bin"], 3)],
     ids=["tmp", "spread"],
 )
