@@ -1,10 +1,17 @@
-"""`stockade serve --environment-id ID`: the command around `environments.serve.WorkServer`."""
+"""`stockade serve --environment-id ID`: the command around `environments.serve.WorkServer`.
+
+The zygote that every served session forks from is exec'd first, and the serve engine (with
+`anthropic`, a second of imports) is imported in a thread while it starts: the zygote's own imports
+(`anthropic` too when a tool module imports it) then cost the first session nothing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import math
+import os
 import shutil
 import signal
 import sys
@@ -12,32 +19,34 @@ import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
+from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_OK, UsageError
 from stockade.supervisor.cli.logs import Tap, setup_logging
 from stockade.supervisor.cli.output import to_json_line
 from stockade.supervisor.cli.terminal import for_terminal
-from stockade.supervisor.config.environment import claimed_work, environment_id, environment_key
-from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
-from stockade.supervisor.config.runner_args import runner_args
-from stockade.supervisor.environments.item import ItemSettings, ServedItem
-from stockade.supervisor.environments.memory import MIN_SYNC_INTERVAL_S
-from stockade.supervisor.environments.serve import (
-    DEFAULT_DRAIN_GRACE_S,
+from stockade.supervisor.config.environment import (
     ENVIRONMENT_KEY_ENV,
-    WorkServer,
-    workers_per_session,
+    claimed_work,
+    environment_id,
+    environment_key,
 )
+from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
+from stockade.supervisor.config.runner_args import RunnerArgs, runner_args
+
+if TYPE_CHECKING:
+    from stockade.sandbox import SharedZygote
+    from stockade.supervisor.environments.item import ItemSettings
 
 __all__ = ["cmd_serve"]
 
 
 # The serve engine's records the CLI prints as its own lines, one per session and one per call.
 _TAPPED = ("item_start", "item_call", "item_run_end", "item_run_failed", "item_not_claimed")
+_ENGINE = "stockade.supervisor.environments.serve"
 
 
 class ServeReporter:
@@ -80,16 +89,22 @@ class ServeReporter:
         print(to_json_line(data) if self.json_lines else for_terminal(text), flush=True)
 
 
-async def _serve_until_signal(server: WorkServer) -> None:
+async def _serve_until_signal(settings: ItemSettings, zygote: SharedZygote, args: argparse.Namespace) -> None:
+    from stockade.supervisor.environments.serve import WorkServer
+
     drain = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         # Handlers only enqueue: the serve loop acts on the event.
         loop.add_signal_handler(signum, drain.set)
+    server = WorkServer(settings, max_sessions=args.max_sessions, worker_id=args.worker_id, zygote=zygote)
     await server.serve(drain)
 
 
-async def _handle_until_signal(settings: ItemSettings, item: Any) -> None:
+async def _handle_until_signal(settings: ItemSettings, zygote: SharedZygote, item: Any) -> None:
+    import anthropic
+    from stockade.supervisor.environments.item import ItemShares, ServedItem
+
     drain = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -100,9 +115,11 @@ async def _handle_until_signal(settings: ItemSettings, item: Any) -> None:
         base_url=settings.base_url,
         default_headers=dict(settings.extra_headers or {}),
     )
+    shares = ItemShares.make(zygote)
     try:
-        await ServedItem(settings, item, env_client).serve(drain)
+        await ServedItem(settings, item, env_client, shares).serve(drain)
     finally:
+        await shares.aclose()
         await env_client.close()
 
 
@@ -139,6 +156,8 @@ def resource_options(args: argparse.Namespace, config: PolicyConfig) -> dict[str
 
 
 def _interval(text: str) -> float:
+    from stockade.supervisor.environments.memory import MIN_SYNC_INTERVAL_S
+
     try:
         value = float(text)
     except ValueError:
@@ -168,29 +187,71 @@ def cmd_serve(args: argparse.Namespace) -> int:
     runner = runner_args(config, extra_tools=args.tools or ())
     runner["max_idle"] = given(args.max_idle, runner["max_idle"])
     runner["max_concurrent_calls"] = given(args.max_concurrent_calls, runner["max_concurrent_calls"])
+    args.max_sessions = max_sessions
+    zygote = _zygote(runner, refs)
+    try:
+        return asyncio.run(_serve(args, config, runner, key=key, root=root, zygote=zygote))
+    finally:
+        zygote.close()
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
+    """The zygote of every served session: `[run] preload`'s installed libraries, and `anthropic` when
+    a tool module's own source imports it (its `beta_tool`s then import in milliseconds in a worker)."""
+    from stockade.sandbox import SharedZygote, zygote_env
+    from stockade.sandbox.host.importpath import ImportFolder, default_import_paths
+    from stockade.sandbox.host.pool import SDK_PRELOAD
+
+    folder = ImportFolder(default_import_paths())
+    try:
+        folder.add(refs)
+        sdk = SDK_PRELOAD if folder.imports_directly(refs, SDK_PRELOAD[0]) else ()
+    finally:
+        folder.close()
+    return SharedZygote(zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk))
+
+
+async def _serve(
+    args: argparse.Namespace,
+    config: PolicyConfig,
+    runner: RunnerArgs,
+    *,
+    key: str | None,
+    root: Path,
+    zygote: SharedZygote,
+) -> int:
+    """Start the zygote, import the engine meanwhile (in a thread), then serve."""
+    # A zygote that fails to start here is started again by the first sandbox, which reports it.
+    starting = asyncio.ensure_future(zygote.get())
+    await asyncio.to_thread(importlib.import_module, _ENGINE)
+    import anthropic
+    from stockade.supervisor.environments.item import ItemSettings
+    from stockade.supervisor.environments.serve import DEFAULT_DRAIN_GRACE_S, workers_per_session
+
     settings = ItemSettings(
         environment_id=args.environment_id,
         environment_key=key or "",
         base_url=ApiSettings.from_env().base_url,
         runner=runner,
         workdir_root=root,
-        workers_per_session=workers_per_session(args.max_workers, max_sessions),
+        workers_per_session=workers_per_session(args.max_workers, args.max_sessions),
         drain_grace_s=given(args.drain_grace, DEFAULT_DRAIN_GRACE_S) or math.inf,
         **resource_options(args, config),
     )
     print(
         f"stockade: serving environment {args.environment_id} at {settings.base_url or 'the API'}"
-        f" (up to {max_sessions} sessions at once); Ctrl-C drains and stops",
+        f" (up to {args.max_sessions} sessions at once); Ctrl-C drains and stops",
         file=sys.stderr,
         flush=True,
     )
     try:
         with Tap(_TAPPED, ServeReporter(json_lines=args.json).on_record):
             if args.handle_item:
-                asyncio.run(_handle_until_signal(settings, claimed_item()))
+                await _handle_until_signal(settings, zygote, claimed_item())
             else:
-                server = WorkServer(settings, max_sessions=max_sessions, worker_id=args.worker_id)
-                asyncio.run(_serve_until_signal(server))
+                await _serve_until_signal(settings, zygote, args)
     except anthropic.APIStatusError as exc:
         if exc.status_code == 404:
             what = f"no environment {args.environment_id!r} (404): check --environment-id"
@@ -201,6 +262,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"stockade: error: {what}", file=sys.stderr)
         return EXIT_API_ERROR
     finally:
-        if not args.workdir:
-            shutil.rmtree(root, ignore_errors=True)
+        await cancel_and_wait(starting)
     return EXIT_OK

@@ -113,6 +113,16 @@ class ItemShares:
     descriptions: SharedDescriptions
     transport: httpx.AsyncBaseTransport
 
+    @classmethod
+    def make(cls, zygote: SharedZygote) -> ItemShares:
+        """Shares around `zygote`: no description yet, a new connection pool."""
+        return cls(zygote=zygote, descriptions=SharedDescriptions(), transport=http_transport())
+
+    async def aclose(self) -> None:
+        """Close the zygote and the connection pool (once every item using them has ended)."""
+        self.zygote.close()
+        await self.transport.aclose()
+
 
 class _FencedTransport(httpx.AsyncBaseTransport):
     """Passes requests on to `inner` until `fence` is set; then refuses them locally with a

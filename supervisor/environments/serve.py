@@ -22,14 +22,13 @@ import uuid
 from typing import Any
 
 import anthropic
-from stockade.sandbox import SharedDescriptions, SharedZygote, zygote_env
+from stockade.sandbox import SharedZygote, zygote_env
 from stockade.sandbox.tasks import cancel_and_wait, settle
-from stockade.supervisor.environments.item import ItemSettings, ItemShares, ServedItem, http_transport
+from stockade.supervisor.environments.item import ItemSettings, ItemShares, ServedItem
 from stockade.supervisor.runner.retry import REQUEST_ERRORS, backoff_s, is_permanent, jitter_s
 
-__all__ = ["DEFAULT_DRAIN_GRACE_S", "ENVIRONMENT_KEY_ENV", "WorkServer", "workers_per_session"]
+__all__ = ["DEFAULT_DRAIN_GRACE_S", "WorkServer", "workers_per_session"]
 
-ENVIRONMENT_KEY_ENV = "ANTHROPIC_ENVIRONMENT_KEY"
 # The API caps a poll's hold at 999 ms.
 POLL_BLOCK_MS = 999
 POLL_REQUEST_TIMEOUT_S = 10.0
@@ -51,8 +50,15 @@ class WorkServer:
     """Polls one environment and serves up to `max_sessions` items at once."""
 
     def __init__(
-        self, settings: ItemSettings, *, max_sessions: int = 1, worker_id: str | None = None
+        self,
+        settings: ItemSettings,
+        *,
+        max_sessions: int = 1,
+        worker_id: str | None = None,
+        zygote: SharedZygote | None = None,
     ) -> None:
+        """`zygote`: the one every session's workers fork from (default: one of its own, started on
+        first use); closed when `serve` returns."""
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1 (got {max_sessions})")
         self._settings = settings
@@ -67,11 +73,9 @@ class WorkServer:
         # Made once for every session served: the zygote (its start and preloaded libraries), the
         # tools' description, the API connection pool; each session keeps its own sandbox (workers,
         # workdirs, uids).
-        self.shares = ItemShares(
-            zygote=SharedZygote(zygote_env(f"serve-{self.worker_id}"), preload=settings.runner["preload"]),
-            descriptions=SharedDescriptions(),
-            transport=http_transport(),
-        )
+        if zygote is None:
+            zygote = SharedZygote(zygote_env(f"serve-{self.worker_id}"), preload=settings.runner["preload"])
+        self.shares = ItemShares.make(zygote)
 
     async def serve(self, drain: asyncio.Event) -> None:
         """Serve items until `drain` is set, then let the running ones finish."""
@@ -91,8 +95,7 @@ class WorkServer:
             try:
                 await settle(*self._items)
             finally:
-                self.shares.zygote.close()
-                await self.shares.transport.aclose()
+                await self.shares.aclose()
                 await self._client.close()
                 log.info("serve_end environment_id=%s", self._settings.environment_id)
 
