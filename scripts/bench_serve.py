@@ -24,7 +24,7 @@ __all__ = ["run_serve_bench"]
 
 SHAPES = ((16, 10), (64, 5))
 """(sessions, calls per session)."""
-SERVE_RUNS = int(os.environ.get("BENCH_SERVE_RUNS", "3"))
+SERVE_RUNS = 3
 MAX_SESSIONS = 4
 SERVE_TIMEOUT_S = 300.0
 EXIT_TIMEOUT_S = 30.0
