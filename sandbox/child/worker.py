@@ -121,6 +121,8 @@ class Worker:
         self._tools: dict[str, dict[str, Tool]] = {}
         self._load_errors: dict[str, ToolLoadError] = {}
         self._proc = _ProcFiles()
+        self._roots = tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths))
+        """The policy's folders outside the workdir, as every call's context has them (made once)."""
 
     def tools(self, ref: str) -> dict[str, Tool]:
         """The tools of `ref` by name, importing them on first use; a failed import is not retried
@@ -160,7 +162,8 @@ class Worker:
         os.chdir(request.workdir)
         os.environ.update(HOME=request.workdir, TMPDIR=request.workdir, STOCKADE_CALL_ID=request.call_id)
         limits.set_call_cpu_budget(self.policy)
-        self._proc.reset_peak_rss()
+        if self.config.call_peak_rss:
+            self._proc.reset_peak_rss()
 
     def _invoke(self, request: RunTool) -> ToolOk | ToolFailed:
         try:
@@ -173,7 +176,7 @@ class Worker:
                 thread=request.thread,
                 call_id=request.call_id,
                 timeout_s=self.policy.wall_timeout_s,
-                roots=tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths)),
+                roots=self._roots,
             )
             return self._ok(request, tool.invoke(request.input, ctx))
         except (BadResult, ToolLoadError) as exc:  # Before ToolError, their root: the message is the error.
@@ -203,10 +206,12 @@ class Worker:
         finally:
             if request.sweep:
                 tree.kill_descendants()
-        cpu_after = _cpu_s(resource.RUSAGE_SELF)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_after = after.ru_utime + after.ru_stime
+        peak = self._proc.peak_rss_bytes() if self.config.call_peak_rss else after.ru_maxrss * 1024
         usage = CallUsage(
             cpu_s=cpu_after + _cpu_s(resource.RUSAGE_CHILDREN) - cpu_before,
-            max_rss_bytes=self._proc.peak_rss_bytes(),
+            max_rss_bytes=peak,
             worker_cpu_s=cpu_after,
         )
         return msgspec.structs.replace(reply, usage=usage)

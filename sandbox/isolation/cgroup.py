@@ -282,6 +282,11 @@ class WorkerCgroup:
     def cpu_s(self) -> float | None:
         return self._cpu_total_s() - self._baseline[2] if self.unified_dir else None
 
+    @property
+    def measures_peak(self) -> bool:
+        """Whether `peak_bytes` reads a per-call peak (a memory controller)."""
+        return self.has_memory
+
     def peak_bytes(self) -> int | None:
         if self._peak_fd is not None:
             with contextlib.suppress(OSError, ValueError):
