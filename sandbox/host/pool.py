@@ -155,6 +155,7 @@ class Sandbox:
         )
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
+        self._cpu = CpuWatch()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -412,8 +413,11 @@ class Sandbox:
         if worker.proxy is not None:
             worker.proxy.begin_call(request.name, drop_previous=not pinned)
         try:
-            with CpuWatch(worker):
+            self._cpu.start(worker)
+            try:
                 reply = await worker.exchange(message, started + policy.wall_timeout_s)
+            finally:
+                self._cpu.stop(worker)
         except asyncio.CancelledError:
             self._forget(worker)
             worker.kill_now()
@@ -497,6 +501,7 @@ class Sandbox:
     async def aclose(self) -> None:
         """Kill every worker and whatever they left running. Idempotent."""
         self._closed = True
+        self._cpu.close()
         try:
             for task in list(self._background):
                 task.cancel()  # A refill cancelled mid-fork has the zygote kill what it forked.

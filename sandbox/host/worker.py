@@ -25,6 +25,7 @@ import tempfile
 import time
 
 import msgspec
+from stockade.sandbox.host.deadline import ReplyDeadline
 from stockade.sandbox.host.errors import (
     WorkerDied,
     WorkerError,
@@ -158,6 +159,7 @@ class WorkerProcess:
         self._closed = False
         self.proxy: EgressProxy | None = None
         """The egress proxy of a `network = "allowlist"` worker (started with it)."""
+        self._deadline = ReplyDeadline(self._end_replies)
 
     @property
     def spawned(self) -> bool:
@@ -246,7 +248,7 @@ class WorkerProcess:
             self.isolation["cgroup"] = "unavailable: the worker could not be moved into its cgroup"
         # Only now may tool code run: the worker imports its tool modules on this go-ahead, so a
         # module that forks at import cannot leave children outside the cgroups (issue 14, item 1).
-        self._writer.write(frame(encode(Caged())))
+        self._requests.write(frame(encode(Caged())))
 
     async def _start_proxy(self) -> dict[str, str]:
         """Start the egress proxy of an allowlist worker; the variable that tells the worker where."""
@@ -313,12 +315,10 @@ class WorkerProcess:
         self._reply_pipe, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(self._reader), os.fdopen(rep_r, "rb", buffering=0)
         )
-        # StreamReaderProtocol brings the flow control that StreamWriter.drain() needs.
-        req, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(req_w, "wb", buffering=0)
+        self._requests, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(req_w, "wb", buffering=0)
         )
-        self._writer = asyncio.StreamWriter(req, protocol, None, loop)
-        self._transports: list[asyncio.BaseTransport] = [out, err, self._reply_pipe, req]
+        self._transports: list[asyncio.BaseTransport] = [out, err, self._reply_pipe, self._requests]
 
     def _reap(self) -> None:
         """Collect the killed worker's exit, which its exit watcher (stopped at `close`) has not seen.
@@ -400,19 +400,18 @@ class WorkerProcess:
         """Send `request` (if any) and wait for one reply until the monotonic `deadline`.
 
         Read in the caller's task (a task per call cost more than the rest of the supervisor's
-        side): the deadline is a timeout on the read, and the worker's exit ends the read (see
-        `_end_replies`), so a worker that died while a grandchild holds its pipe is noticed at once."""
-        loop = asyncio.get_running_loop()
+        side). The read ends when a reply has come, or when the reply pipe closes: at the worker's
+        exit (`_end_replies`: noticed at once, even while a grandchild holds the pipe open), or at
+        the deadline (`ReplyDeadline`; a timed-out worker is never used again). The request is not
+        drained: it is one frame, which the transport sends as the worker reads it."""
+        self._deadline.arm(deadline)
         try:
-            async with asyncio.timeout_at(loop.time() + max(0.0, deadline - time.monotonic())):
-                if request is not None:
-                    self._writer.write(frame(encode(request)))
-                    await self._writer.drain()
-                payload = await read_frame(self._reader, self.max_reply_bytes)
-            return decode_from_worker(payload)
-        except TimeoutError:
-            raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})") from None
-        except (PeerClosed, BrokenPipeError, ConnectionResetError) as exc:
+            if request is not None:
+                self._requests.write(frame(encode(request)))
+            return decode_from_worker(await read_frame(self._reader, self.max_reply_bytes))
+        except PeerClosed as exc:
+            if self._deadline.passed:
+                raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})") from None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
             if self.exited.done():
@@ -420,10 +419,13 @@ class WorkerProcess:
             raise WorkerProtocolError(f"closed its pipe without a reply ({exc})") from None
         except (FrameError, msgspec.DecodeError) as exc:
             raise WorkerProtocolError(f"sent an invalid frame: {exc}") from None
+        finally:
+            self._deadline.disarm()
 
-    def _end_replies(self, _: object) -> None:
-        """The worker has exited: close its reply pipe, so a read waiting on it ends now (a reply
-        already read in is still taken), even while a grandchild holds the pipe open."""
+    def _end_replies(self, _: object = None) -> None:
+        """The worker has exited or missed its deadline: close its reply pipe, so the read waiting
+        on it ends now (a reply already read in is still taken), even while a grandchild holds the
+        pipe open."""
         self._reply_pipe.close()
 
     async def stderr_tail(self) -> str:
@@ -460,6 +462,7 @@ class WorkerProcess:
         if self._closed:
             return False
         self._closed = True
+        self._deadline.close()
         self._close_proxy()
         for transport in getattr(self, "_transports", []):
             transport.close()
