@@ -123,6 +123,11 @@ class Worker:
         self._proc = _ProcFiles()
         self._roots = tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths))
         """The policy's folders outside the workdir, as every call's context has them (made once)."""
+        self._workdir = Path(config.workdir)
+
+    def _path(self, workdir: str) -> Path:
+        """`workdir` as a Path (the one every call of this worker names is made once)."""
+        return self._workdir if workdir == str(self._workdir) else Path(workdir)
 
     def tools(self, ref: str) -> dict[str, Tool]:
         """The tools of `ref` by name, importing them on first use; a failed import is not retried
@@ -158,10 +163,11 @@ class Worker:
         # imported in the zygote, from the installed environment.
         return Described(tools=infos, sdk="anthropic" in sys.modules)
 
-    def _enter_call(self, request: RunTool) -> None:
+    def _enter_call(self, request: RunTool, used_s: float) -> None:
+        """Put the process in the call's place, with the call's CPU budget on top of `used_s`."""
         os.chdir(request.workdir)
         os.environ.update(HOME=request.workdir, TMPDIR=request.workdir, STOCKADE_CALL_ID=request.call_id)
-        limits.set_call_cpu_budget(self.policy)
+        limits.set_call_cpu_budget(self.policy, used_s)
         if self.config.call_peak_rss:
             self._proc.reset_peak_rss()
 
@@ -172,7 +178,7 @@ class Worker:
                 message = f"tool {request.name!r} is not provided by {request.ref!r}"
                 return ToolFailed(call_id=request.call_id, error_type="UnknownTool", message=message)
             ctx = ToolContext(
-                workdir=Path(request.workdir),
+                workdir=self._path(request.workdir),
                 thread=request.thread,
                 call_id=request.call_id,
                 timeout_s=self.policy.wall_timeout_s,
@@ -199,8 +205,9 @@ class Worker:
 
     def run(self, request: RunTool) -> ToolOk | ToolFailed:
         """Run one call and measure it; clean up what the tool left running if asked to."""
-        self._enter_call(request)
-        cpu_before = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN)
+        own_before = _cpu_s(resource.RUSAGE_SELF)
+        self._enter_call(request, own_before)
+        cpu_before = own_before + _cpu_s(resource.RUSAGE_CHILDREN)
         try:
             reply = self._invoke(request)
         finally:
