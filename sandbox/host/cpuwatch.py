@@ -4,9 +4,10 @@ Inside the worker the soft RLIMIT_CPU is re-armed per call (SIGXCPU when the cal
 under a hard limit that covers the worker's whole life. A tool that ignores SIGXCPU would run on to
 that hard limit, so while a call runs the supervisor samples the worker's CPU and SIGKILLs it once
 the call has used `CPU_HARD_MARGIN_S` past its budget; the pool then reports `over_limit` for `cpu`.
-One loop timer per sandbox samples every running call each `CPU_SAMPLE_S`, and only while a call
+One loop timer per sandbox samples the running calls each `CPU_SAMPLE_S`, and only while a call
 runs: a call costs a dict entry, not a timer of its own (a warm call is shorter than a timer's
-creation and cancellation were worth), and a call that ends before the next tick is never read.
+creation and cancellation were worth), and one younger than `CPU_SAMPLE_S` is not read yet, so a
+short call is never read at all.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ class CpuWatch:
     """Kills a worker whose running call goes past its CPU budget plus the margin."""
 
     def __init__(self) -> None:
-        self._limits: dict[WorkerProcess, float] = {}
-        """The workers running a call with a CPU budget, and the CPU seconds at which each is killed."""
+        self._limits: dict[WorkerProcess, tuple[float, float]] = {}
+        """The workers running a call with a CPU budget: the loop time it started, and the CPU
+        seconds at which it is killed."""
         self._handle: asyncio.TimerHandle | None = None
 
     def start(self, worker: WorkerProcess) -> None:
@@ -41,9 +43,10 @@ class CpuWatch:
         cpu_s = worker.policy.cpu_s
         if cpu_s is None:
             return
-        self._limits[worker] = cpu_s + CPU_HARD_MARGIN_S
+        loop = asyncio.get_running_loop()
+        self._limits[worker] = (loop.time(), cpu_s + CPU_HARD_MARGIN_S)
         if self._handle is None:
-            self._handle = asyncio.get_running_loop().call_later(CPU_SAMPLE_S, self._sample)
+            self._handle = loop.call_later(CPU_SAMPLE_S, self._sample)
 
     def stop(self, worker: WorkerProcess) -> None:
         """The call of `worker` is over (the next tick stops the timer if no other call runs)."""
@@ -57,7 +60,11 @@ class CpuWatch:
 
     def _sample(self) -> None:
         self._handle = None
-        for worker, limit_s in list(self._limits.items()):
+        loop = asyncio.get_running_loop()
+        young = loop.time() - CPU_SAMPLE_S
+        for worker, (started, limit_s) in list(self._limits.items()):
+            if started > young:
+                continue
             used_s = tree_cpu_s(worker)
             if used_s >= limit_s:
                 del self._limits[worker]
@@ -67,4 +74,4 @@ class CpuWatch:
                 with contextlib.suppress(OSError):  # Gone already, or its handle closed.
                     worker.send_signal(signal.SIGKILL)
         if self._limits:
-            self._handle = asyncio.get_running_loop().call_later(CPU_SAMPLE_S, self._sample)
+            self._handle = loop.call_later(CPU_SAMPLE_S, self._sample)
