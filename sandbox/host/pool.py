@@ -52,7 +52,6 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.protocol import (
     Described,
     DescribeTools,
-    FromWorker,
     RunTool,
     ToolFailed,
     ToolInfo,
@@ -139,6 +138,8 @@ class Sandbox:
         """Workers being created, not yet in `_live` (they wait for the zygote): they take room too."""
         self._max_workers = max_workers
         self._change = asyncio.Event()
+        self._waiting = 0
+        """Tasks waiting on `_change` (as a rule none: a change then costs nothing)."""
         # Owned here: `aclose` cancels and awaits them (a gather: this task's own cancel still propagates).
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
@@ -154,6 +155,7 @@ class Sandbox:
         )
         self._zygote: Zygote | None = None
         self._zygote_lock = asyncio.Lock()
+        self._cpu = CpuWatch()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -188,8 +190,9 @@ class Sandbox:
 
     def _changed(self) -> None:
         """Wake every task waiting for room or for an idle worker."""
-        self._change.set()
-        self._change = asyncio.Event()
+        if self._waiting:
+            self._change.set()
+            self._change = asyncio.Event()
 
     def _pop_idle(self, key: PoolKey) -> WorkerProcess | None:
         """An idle worker of pool `key`, or a blank one of its policy, which `key` then adopts."""
@@ -212,7 +215,11 @@ class Sandbox:
             if idle is not None:
                 await self._discard(idle.pop(0), 0.0)  # The longest idle of its pool.
             else:
-                await self._change.wait()
+                self._waiting += 1
+                try:
+                    await self._change.wait()
+                finally:
+                    self._waiting -= 1
         return None
 
     async def _ensure_zygote(self) -> Zygote | None:
@@ -413,8 +420,11 @@ class Sandbox:
         if worker.proxy is not None:
             worker.proxy.begin_call(request.name, drop_previous=not pinned)
         try:
-            with CpuWatch(worker):
+            self._cpu.start(worker)
+            try:
                 reply = await worker.exchange(message, started + policy.wall_timeout_s)
+            finally:
+                self._cpu.stop(worker)
         except asyncio.CancelledError:
             self._forget(worker)
             worker.kill_now()
@@ -422,7 +432,11 @@ class Sandbox:
         except WorkerError as exc:
             outcome = await self._abnormal_end(worker, request.name, exc, started)
         else:
-            outcome = await self._reply_outcome(worker, request, reply, started)
+            if isinstance(reply, ToolOk | ToolFailed) and reply.call_id == request.call_id:
+                outcome = self._reply_outcome(worker, request, reply, started)
+            else:
+                error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
+                outcome = await self._abnormal_end(worker, request.name, error, started)
         if isinstance(outcome, Completed) or (
             isinstance(outcome, Failed) and outcome.error_type != LOAD_ERROR_TYPE
         ):
@@ -431,12 +445,9 @@ class Sandbox:
         log.info("call_done call_id=%s tool=%s outcome=%s", request.call_id, request.name, outcome.kind)
         return outcome
 
-    async def _reply_outcome(
-        self, worker: WorkerProcess, request: CallRequest, reply: FromWorker, started: float
+    def _reply_outcome(
+        self, worker: WorkerProcess, request: CallRequest, reply: ToolOk | ToolFailed, started: float
     ) -> ToolOutcome:
-        if not isinstance(reply, ToolOk | ToolFailed) or reply.call_id != request.call_id:
-            error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
-            return await self._abnormal_end(worker, request.name, error, started)
         worker.worker_cpu_s = reply.usage.worker_cpu_s
         if isinstance(reply, ToolFailed) and reply.error_type == LOAD_ERROR_TYPE:
             reply = msgspec.structs.replace(reply, message=self._imports.original(reply.message))
@@ -498,6 +509,7 @@ class Sandbox:
     async def aclose(self) -> None:
         """Kill every worker and whatever they left running. Idempotent."""
         self._closed = True
+        self._cpu.close()
         try:
             for task in list(self._background):
                 task.cancel()  # A refill cancelled mid-fork has the zygote kill what it forked.
