@@ -43,7 +43,7 @@ from stockade.sandbox.host.worker import (
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.host.zygote import SharedZygote, Zygote
+from stockade.sandbox.host.zygote import SharedZygote, Zygote, zygote_env
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.scratch import Scratch, shared_workdir_size
@@ -58,7 +58,7 @@ from stockade.sandbox.wire.protocol import (
     ToolInfo,
     ToolOk,
 )
-from stockade.sandbox.wire.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
+from stockade.sandbox.wire.zygote import SDK_PRELOAD, TRUSTED_PRELOAD, ZygoteError
 from stockade.tools.registry import ToolLoadError
 
 __all__ = ["CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"]
@@ -72,9 +72,6 @@ ThreadKey = tuple[str, str, ResourcePolicy, str | None, str | None]
 that tool in that thread."""
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
-SDK_PRELOAD = ("anthropic",)
-"""Preloaded in the zygote once a described reference turns out to import the SDK (its tools are
-`beta_tool`s): a worker then forks with it imported instead of paying ~1.3 s of CPU for it."""
 
 
 class ToolLoadFailed(SandboxError):
@@ -517,11 +514,6 @@ class Sandbox:
 def _blank(policy: ResourcePolicy) -> PoolKey:
     """The pool of `policy`'s blank workers: started ahead of calls, no tool code run yet."""
     return ("", "", policy)
-
-
-def zygote_env(marker: str) -> dict[str, str]:
-    """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
-    return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})
 
 
 def _writable(policy: ResourcePolicy) -> list[str]:
