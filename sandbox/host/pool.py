@@ -295,6 +295,7 @@ class Sandbox:
             return
         finally:
             self._starting[key] -= 1
+            self._changed()  # A call waiting for this start (`_acquire`) looks again.
         if self._closed:
             await self._discard(worker, 0.0)
         else:
@@ -332,8 +333,13 @@ class Sandbox:
         self._clean.add((ref, policy))
 
     async def _acquire(self, key: PoolKey) -> WorkerProcess:
-        """An idle worker of pool `key` (or a blank one), or a new one once there is room."""
-        worker = self._pop_idle(key) or await self._make_room(key)
+        """An idle worker of pool `key` (or a blank one); else the one being warmed for either, once
+        it is up (a start of its own would only queue behind it at the zygote); else a new one once
+        there is room."""
+        blank = _blank(key[2])
+        while (worker := self._pop_idle(key)) is None and (self._starting[key] or self._starting[blank]):
+            await self._change.wait()
+        worker = worker or await self._make_room(key)
         return worker if worker is not None else await self._spawn(key)
 
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
@@ -460,7 +466,9 @@ class Sandbox:
         policy = self.default
         await asyncio.to_thread(self._imports.add, refs)
         try:
-            worker = await self._acquire(("", "describe", policy))
+            # A worker of its own, never a warm blank one: those are there for the first calls.
+            await self._make_room(None)
+            worker = await self._spawn(("", "describe", policy))
         except WorkerStartError as exc:
             raise ToolLoadFailed(f"no worker could start to describe tools: {exc}") from None
         deadline = time.monotonic() + policy.startup_timeout_s

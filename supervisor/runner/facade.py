@@ -232,6 +232,7 @@ class SessionRunner:
             yield journal
 
     async def _config(self, sandbox: Sandbox, journal: Journal | None) -> LoopConfig:
+        sandbox.warm_in_background()  # A blank worker starts for the first call while these are described.
         infos = await sandbox.describe(self.tool_refs)
         # On duplicate names the later tool wins (A5).
         tools: dict[str, ToolInfo] = {info.name: info for info in infos}
