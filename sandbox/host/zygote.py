@@ -267,19 +267,24 @@ class SharedZygote:
     def spawn(self) -> None:
         """Exec the zygote now without waiting for it (no event loop needed), so that its start
         overlaps whatever the caller does next; the first `get` waits for this one."""
-        if self._zygote is None or not self._zygote.alive:
-            self._zygote = Zygote(self._env, self._preload)
-        self._zygote.spawn()
+        self._replace_if_dead().spawn()
 
     async def get(self) -> Zygote:
         """The running zygote; raises `ZygoteError` if it cannot start."""
         self._lock = self._lock or asyncio.Lock()
         async with self._lock:
-            if self._zygote is None or not self._zygote.alive:
-                self._zygote = Zygote(self._env, self._preload)
-            if not self._zygote.started:
-                await self._zygote.start()
-            return self._zygote
+            zygote = self._replace_if_dead()
+            if not zygote.started:
+                await zygote.start()
+            return zygote
+
+    def _replace_if_dead(self) -> Zygote:
+        """The current zygote, a new one (not started) if there is none or it died."""
+        if self._zygote is None or not self._zygote.alive:
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = Zygote(self._env, self._preload)
+        return self._zygote
 
     def close(self) -> None:
         """Close the zygote (after every sandbox using it has closed). Idempotent."""
