@@ -43,7 +43,7 @@ from stockade.sandbox.host.worker import (
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.host.zygote import SharedZygote, Zygote
+from stockade.sandbox.host.zygote import SharedZygote, Zygote, zygote_env
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.scratch import Scratch, shared_workdir_size
@@ -57,7 +57,7 @@ from stockade.sandbox.wire.protocol import (
     ToolInfo,
     ToolOk,
 )
-from stockade.sandbox.wire.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
+from stockade.sandbox.wire.zygote import SDK_PRELOAD, TRUSTED_PRELOAD, ZygoteError
 from stockade.tools.registry import ToolLoadError
 
 __all__ = ["CallRequest", "Sandbox", "SharedZygote", "ToolLoadFailed", "run_call_sync", "zygote_env"]
@@ -71,9 +71,6 @@ ThreadKey = tuple[str, str, ResourcePolicy, str | None, str | None]
 that tool in that thread."""
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
-SDK_PRELOAD = ("anthropic",)
-"""Preloaded in the zygote once a described reference turns out to import the SDK (its tools are
-`beta_tool`s): a worker then forks with it imported instead of paying ~1.3 s of CPU for it."""
 
 
 class ToolLoadFailed(SandboxError):
@@ -305,6 +302,7 @@ class Sandbox:
             return
         finally:
             self._starting[key] -= 1
+            self._changed()  # A call waiting for this start (`_acquire`) looks again.
         if self._closed:
             await self._discard(worker, 0.0)
         else:
@@ -342,8 +340,13 @@ class Sandbox:
         self._clean.add((ref, policy))
 
     async def _acquire(self, key: PoolKey) -> WorkerProcess:
-        """An idle worker of pool `key` (or a blank one), or a new one once there is room."""
-        worker = self._pop_idle(key) or await self._make_room(key)
+        """An idle worker of pool `key` (or a blank one); else the one being warmed for either, once
+        it is up (a start of its own would only queue behind it at the zygote); else a new one once
+        there is room."""
+        blank = _blank(key[2])
+        while (worker := self._pop_idle(key)) is None and (self._starting[key] or self._starting[blank]):
+            await self._change.wait()
+        worker = worker or await self._make_room(key)
         return worker if worker is not None else await self._spawn(key)
 
     def _release(self, worker: WorkerProcess, healthy: bool, pinned: bool) -> None:
@@ -474,7 +477,9 @@ class Sandbox:
         policy = self.default
         await asyncio.to_thread(self._imports.add, refs)
         try:
-            worker = await self._acquire(("", "describe", policy))
+            # A worker of its own, never a warm blank one: those are there for the first calls.
+            await self._make_room(None)
+            worker = await self._spawn(("", "describe", policy))
         except WorkerStartError as exc:
             raise ToolLoadFailed(f"no worker could start to describe tools: {exc}") from None
         deadline = time.monotonic() + policy.startup_timeout_s
@@ -529,11 +534,6 @@ class Sandbox:
 def _blank(policy: ResourcePolicy) -> PoolKey:
     """The pool of `policy`'s blank workers: started ahead of calls, no tool code run yet."""
     return ("", "", policy)
-
-
-def zygote_env(marker: str) -> dict[str, str]:
-    """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
-    return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})
 
 
 def _writable(policy: ResourcePolicy) -> list[str]:
