@@ -14,15 +14,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stockade.sandbox.host.pool import (
-        CallRequest,
-        Sandbox,
-        SharedDescriptions,
-        SharedZygote,
-        ToolLoadFailed,
-        run_call_sync,
-        zygote_env,
-    )
+    from stockade.sandbox.host.descriptions import SharedDescriptions
+    from stockade.sandbox.host.pool import CallRequest, Sandbox, ToolLoadFailed, run_call_sync
+    from stockade.sandbox.host.zygote import SharedZygote, zygote_env
     from stockade.sandbox.outcome import Completed, Crashed, Failed, OverLimit, TimedOut, ToolOutcome, Usage
     from stockade.sandbox.policy import ResourcePolicy
     from stockade.sandbox.wire.protocol import ToolInfo
@@ -47,18 +41,9 @@ __all__ = [
 ]
 
 _HOMES = {
-    **dict.fromkeys(
-        (
-            "CallRequest",
-            "Sandbox",
-            "SharedDescriptions",
-            "SharedZygote",
-            "ToolLoadFailed",
-            "run_call_sync",
-            "zygote_env",
-        ),
-        "host.pool",
-    ),
+    **dict.fromkeys(("CallRequest", "Sandbox", "ToolLoadFailed", "run_call_sync"), "host.pool"),
+    **dict.fromkeys(("SharedZygote", "zygote_env"), "host.zygote"),
+    "SharedDescriptions": "host.descriptions",
     **dict.fromkeys(
         ("Completed", "Crashed", "Failed", "OverLimit", "TimedOut", "ToolOutcome", "Usage"), "outcome"
     ),

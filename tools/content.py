@@ -53,7 +53,11 @@ def to_content(name: str, result: object) -> list[dict[str, Any]]:
     if isinstance(result, dict | bytes | bytearray) or not isinstance(result, Iterable):
         raise _bad(name)
     converted = [_convert_block(name, block) for block in result]
-    return _sendable(name, converted) if converted else _text(NO_OUTPUT)
+    if not converted:
+        return _text(NO_OUTPUT)
+    # A text block is rebuilt above around a well-formed str, which JSON always sends: only blocks
+    # passed through (images, documents, search results) need the encoder's check.
+    return converted if all(block["type"] == "text" for block in converted) else _sendable(name, converted)
 
 
 def _convert_block(name: str, block: object) -> dict[str, Any]:

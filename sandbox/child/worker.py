@@ -121,6 +121,13 @@ class Worker:
         self._tools: dict[str, dict[str, Tool]] = {}
         self._load_errors: dict[str, ToolLoadError] = {}
         self._proc = _ProcFiles()
+        self._roots = tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths))
+        """The policy's folders outside the workdir, as every call's context has them (made once)."""
+        self._workdir = Path(config.workdir)
+
+    def _path(self, workdir: str) -> Path:
+        """`workdir` as a Path (the one every call of this worker names is made once)."""
+        return self._workdir if workdir == str(self._workdir) else Path(workdir)
 
     def tools(self, ref: str) -> dict[str, Tool]:
         """The tools of `ref` by name, importing them on first use; a failed import is not retried
@@ -156,11 +163,13 @@ class Worker:
         # imported in the zygote, from the installed environment.
         return Described(tools=infos, sdk="anthropic" in sys.modules)
 
-    def _enter_call(self, request: RunTool) -> None:
+    def _enter_call(self, request: RunTool, used_s: float) -> None:
+        """Put the process in the call's place, with the call's CPU budget on top of `used_s`."""
         os.chdir(request.workdir)
         os.environ.update(HOME=request.workdir, TMPDIR=request.workdir, STOCKADE_CALL_ID=request.call_id)
-        limits.set_call_cpu_budget(self.policy)
-        self._proc.reset_peak_rss()
+        limits.set_call_cpu_budget(self.policy, used_s)
+        if self.config.call_peak_rss:
+            self._proc.reset_peak_rss()
 
     def _invoke(self, request: RunTool) -> ToolOk | ToolFailed:
         try:
@@ -169,11 +178,11 @@ class Worker:
                 message = f"tool {request.name!r} is not provided by {request.ref!r}"
                 return ToolFailed(call_id=request.call_id, error_type="UnknownTool", message=message)
             ctx = ToolContext(
-                workdir=Path(request.workdir),
+                workdir=self._path(request.workdir),
                 thread=request.thread,
                 call_id=request.call_id,
                 timeout_s=self.policy.wall_timeout_s,
-                roots=tuple(Path(p) for p in (*self.policy.writable_paths, *self.policy.read_only_paths)),
+                roots=self._roots,
             )
             return self._ok(request, tool.invoke(request.input, ctx))
         except (BadResult, ToolLoadError) as exc:  # Before ToolError, their root: the message is the error.
@@ -196,17 +205,20 @@ class Worker:
 
     def run(self, request: RunTool) -> ToolOk | ToolFailed:
         """Run one call and measure it; clean up what the tool left running if asked to."""
-        self._enter_call(request)
-        cpu_before = _cpu_s(resource.RUSAGE_SELF) + _cpu_s(resource.RUSAGE_CHILDREN)
+        own_before = _cpu_s(resource.RUSAGE_SELF)
+        self._enter_call(request, own_before)
+        cpu_before = own_before + _cpu_s(resource.RUSAGE_CHILDREN)
         try:
             reply = self._invoke(request)
         finally:
             if request.sweep:
                 tree.kill_descendants()
-        cpu_after = _cpu_s(resource.RUSAGE_SELF)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_after = after.ru_utime + after.ru_stime
+        peak = self._proc.peak_rss_bytes() if self.config.call_peak_rss else after.ru_maxrss * 1024
         usage = CallUsage(
             cpu_s=cpu_after + _cpu_s(resource.RUSAGE_CHILDREN) - cpu_before,
-            max_rss_bytes=self._proc.peak_rss_bytes(),
+            max_rss_bytes=peak,
             worker_cpu_s=cpu_after,
         )
         return msgspec.structs.replace(reply, usage=usage)

@@ -4,7 +4,10 @@ Inside the worker the soft RLIMIT_CPU is re-armed per call (SIGXCPU when the cal
 under a hard limit that covers the worker's whole life. A tool that ignores SIGXCPU would run on to
 that hard limit, so while a call runs the supervisor samples the worker's CPU and SIGKILLs it once
 the call has used `CPU_HARD_MARGIN_S` past its budget; the pool then reports `over_limit` for `cpu`.
-Sampling uses a loop timer, not a task: a call that ends before the first sample costs nothing.
+One loop timer per sandbox samples the running calls each `CPU_SAMPLE_S`, and only while a call
+runs: a call costs a dict entry, not a timer of its own (a warm call is shorter than a timer's
+creation and cancellation were worth), and one younger than `CPU_SAMPLE_S` is not read yet, so a
+short call is never read at all.
 """
 
 from __future__ import annotations
@@ -27,34 +30,48 @@ log = logging.getLogger(__name__)
 
 
 class CpuWatch:
-    """Kills `worker` if the call it runs now goes past its CPU budget plus the margin."""
+    """Kills a worker whose running call goes past its CPU budget plus the margin."""
 
-    def __init__(self, worker: WorkerProcess) -> None:
-        self._worker = worker
-        cpu_s = worker.policy.cpu_s
-        self._limit_s = None if cpu_s is None else cpu_s + CPU_HARD_MARGIN_S
+    def __init__(self) -> None:
+        self._limits: dict[WorkerProcess, tuple[float, float]] = {}
+        """The workers running a call with a CPU budget: the loop time it started, and the CPU
+        seconds at which it is killed."""
         self._handle: asyncio.TimerHandle | None = None
-        self.fired = False
 
-    def __enter__(self) -> CpuWatch:
-        if self._limit_s is not None:
-            self._handle = asyncio.get_running_loop().call_later(CPU_SAMPLE_S, self._sample)
-        return self
+    def start(self, worker: WorkerProcess) -> None:
+        """Watch the call `worker` runs from now (until `stop`)."""
+        cpu_s = worker.policy.cpu_s
+        if cpu_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        self._limits[worker] = (loop.time(), cpu_s + CPU_HARD_MARGIN_S)
+        if self._handle is None:
+            self._handle = loop.call_later(CPU_SAMPLE_S, self._sample)
 
-    def __exit__(self, *exc_info: object) -> None:
+    def stop(self, worker: WorkerProcess) -> None:
+        """The call of `worker` is over (the next tick stops the timer if no other call runs)."""
+        self._limits.pop(worker, None)
+
+    def close(self) -> None:
+        self._limits.clear()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
     def _sample(self) -> None:
-        assert self._limit_s is not None
-        used_s = tree_cpu_s(self._worker)
-        if used_s < self._limit_s:
-            self._handle = asyncio.get_running_loop().call_later(CPU_SAMPLE_S, self._sample)
-            return
-        self.fired, self._handle = True, None
-        log.info("cpu_budget_spent pid=%d cpu_s=%.2f", self._worker.pid, used_s)
-        # The worker is alive and unreaped (the call still waits on it), so its pid is its own.
-        # Its reply then never comes: the pool sees it die and kills the rest of the tree.
-        with contextlib.suppress(OSError):  # Gone already, or its handle closed.
-            self._worker.send_signal(signal.SIGKILL)
+        self._handle = None
+        loop = asyncio.get_running_loop()
+        young = loop.time() - CPU_SAMPLE_S
+        for worker, (started, limit_s) in list(self._limits.items()):
+            if started > young:
+                continue
+            used_s = tree_cpu_s(worker)
+            if used_s >= limit_s:
+                del self._limits[worker]
+                log.info("cpu_budget_spent pid=%d cpu_s=%.2f", worker.pid, used_s)
+                # The worker is alive and unreaped (the call still waits on it), so its pid is its own.
+                # Its reply then never comes: the pool sees it die and kills the rest of the tree.
+                with contextlib.suppress(OSError):  # Gone already, or its handle closed.
+                    worker.send_signal(signal.SIGKILL)
+        if self._limits:
+            self._handle = loop.call_later(CPU_SAMPLE_S, self._sample)

@@ -44,7 +44,7 @@ from stockade.sandbox.host.worker import (
     WorkerStartError,
     WorkerTimeout,
 )
-from stockade.sandbox.host.zygote import SharedZygote, Zygote
+from stockade.sandbox.host.zygote import SharedZygote, Zygote, zygote_env
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.scratch import Scratch, shared_workdir_size
@@ -53,13 +53,12 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.protocol import (
     Described,
     DescribeTools,
-    FromWorker,
     RunTool,
     ToolFailed,
     ToolInfo,
     ToolOk,
 )
-from stockade.sandbox.wire.zygote import TRUSTED_PRELOAD, ZYGOTE_ENV, ZygoteError
+from stockade.sandbox.wire.zygote import SDK_PRELOAD, TRUSTED_PRELOAD, ZygoteError
 from stockade.tools.registry import ToolLoadError
 
 __all__ = [
@@ -81,9 +80,6 @@ ThreadKey = tuple[str, str, ResourcePolicy, str | None, str | None]
 that tool in that thread."""
 LOAD_ERROR_TYPE = ToolLoadError.__name__
 """`Failed.error_type` of a call whose tool reference could not be imported."""
-SDK_PRELOAD = ("anthropic",)
-"""Preloaded in the zygote once a described reference turns out to import the SDK (its tools are
-`beta_tool`s): a worker then forks with it imported instead of paying ~1.3 s of CPU for it."""
 
 
 class ToolLoadFailed(SandboxError):
@@ -156,6 +152,8 @@ class Sandbox:
         """Workers being created, not yet in `_live` (they wait for the zygote): they take room too."""
         self._max_workers = max_workers
         self._change = asyncio.Event()
+        self._waiting = 0
+        """Tasks waiting on `_change` (as a rule none: a change then costs nothing)."""
         # Owned here: `aclose` cancels and awaits them (a gather: this task's own cancel still propagates).
         self._background: set[asyncio.Task[None]] = set()
         self._isolation: dict[str, str] = {}
@@ -173,6 +171,7 @@ class Sandbox:
         self._zygote_lock = asyncio.Lock()
         self._descriptions = descriptions
         self._warm_tools = warm_tools
+        self._cpu = CpuWatch()
 
     async def __aenter__(self) -> Sandbox:
         return self
@@ -207,8 +206,9 @@ class Sandbox:
 
     def _changed(self) -> None:
         """Wake every task waiting for room or for an idle worker."""
-        self._change.set()
-        self._change = asyncio.Event()
+        if self._waiting:
+            self._change.set()
+            self._change = asyncio.Event()
 
     def _pop_idle(self, key: PoolKey) -> WorkerProcess | None:
         """An idle worker of pool `key`, or a blank one of its policy, which `key` then adopts."""
@@ -231,7 +231,11 @@ class Sandbox:
             if idle is not None:
                 await self._discard(idle.pop(0), 0.0)  # The longest idle of its pool.
             else:
-                await self._change.wait()
+                self._waiting += 1
+                try:
+                    await self._change.wait()
+                finally:
+                    self._waiting -= 1
         return None
 
     async def _ensure_zygote(self) -> Zygote | None:
@@ -452,8 +456,11 @@ class Sandbox:
         if worker.proxy is not None:
             worker.proxy.begin_call(request.name, drop_previous=not pinned)
         try:
-            with CpuWatch(worker):
+            self._cpu.start(worker)
+            try:
                 reply = await worker.exchange(message, started + policy.wall_timeout_s)
+            finally:
+                self._cpu.stop(worker)
         except asyncio.CancelledError:
             self._forget(worker)
             worker.kill_now()
@@ -461,7 +468,11 @@ class Sandbox:
         except WorkerError as exc:
             outcome = await self._abnormal_end(worker, request.name, exc, started)
         else:
-            outcome = await self._reply_outcome(worker, request, reply, started)
+            if isinstance(reply, ToolOk | ToolFailed) and reply.call_id == request.call_id:
+                outcome = self._reply_outcome(worker, request, reply, started)
+            else:
+                error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
+                outcome = await self._abnormal_end(worker, request.name, error, started)
         if isinstance(outcome, Completed) or (
             isinstance(outcome, Failed) and outcome.error_type != LOAD_ERROR_TYPE
         ):
@@ -470,12 +481,9 @@ class Sandbox:
         log.info("call_done call_id=%s tool=%s outcome=%s", request.call_id, request.name, outcome.kind)
         return outcome
 
-    async def _reply_outcome(
-        self, worker: WorkerProcess, request: CallRequest, reply: FromWorker, started: float
+    def _reply_outcome(
+        self, worker: WorkerProcess, request: CallRequest, reply: ToolOk | ToolFailed, started: float
     ) -> ToolOutcome:
-        if not isinstance(reply, ToolOk | ToolFailed) or reply.call_id != request.call_id:
-            error = WorkerProtocolError(f"unexpected reply {type(reply).__name__}")
-            return await self._abnormal_end(worker, request.name, error, started)
         worker.worker_cpu_s = reply.usage.worker_cpu_s
         if isinstance(reply, ToolFailed) and reply.error_type == LOAD_ERROR_TYPE:
             reply = msgspec.structs.replace(reply, message=self._imports.original(reply.message))
@@ -526,7 +534,9 @@ class Sandbox:
         """What a new worker answers to `DescribeTools(refs)`; the worker is then discarded."""
         policy = self.default
         try:
-            worker = await self._acquire(("", "describe", policy))
+            # A worker of its own, never a warm blank one: those are there for the first calls.
+            await self._make_room(None)
+            worker = await self._spawn(("", "describe", policy))
         except WorkerStartError as exc:
             raise ToolLoadFailed(f"no worker could start to describe tools: {exc}") from None
         deadline = time.monotonic() + policy.startup_timeout_s
@@ -553,6 +563,7 @@ class Sandbox:
     async def aclose(self) -> None:
         """Kill every worker and whatever they left running. Idempotent."""
         self._closed = True
+        self._cpu.close()
         try:
             for task in list(self._background):
                 task.cancel()  # A refill cancelled mid-fork has the zygote kill what it forked.
@@ -572,11 +583,6 @@ class Sandbox:
 def _blank(policy: ResourcePolicy) -> PoolKey:
     """The pool of `policy`'s blank workers: started ahead of calls, no tool code run yet."""
     return ("", "", policy)
-
-
-def zygote_env(marker: str) -> dict[str, str]:
-    """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
-    return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})
 
 
 def _writable(policy: ResourcePolicy) -> list[str]:

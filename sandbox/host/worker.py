@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 import msgspec
+from stockade.sandbox.host.deadline import ReplyDeadline
 from stockade.sandbox.host.errors import (
     WorkerDied,
     WorkerError,
@@ -39,7 +39,6 @@ from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.cage import Cage
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.tasks import cancel_and_wait
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.wire.protocol import (
     PROTOCOL_VERSION,
@@ -160,6 +159,7 @@ class WorkerProcess:
         self._closed = False
         self.proxy: EgressProxy | None = None
         """The egress proxy of a `network = "allowlist"` worker (started with it)."""
+        self._deadline = ReplyDeadline(self._end_replies)
 
     @property
     def spawned(self) -> bool:
@@ -184,6 +184,7 @@ class WorkerProcess:
             _limit_address_space(),
             self.import_paths,
             self.preload_refs,
+            call_peak_rss=not self.cage.measures_peak,
         )
         return msgspec.json.encode(config).decode()
 
@@ -238,6 +239,7 @@ class WorkerProcess:
                 await self._connect(loop, req_w, rep_r, out_r, err_r)
             finally:
                 attached = await attach
+            self.exited.add_done_callback(self._end_replies)
             await self._handshake()
         except asyncio.CancelledError:
             self.kill_now()  # Nobody else knows this worker yet.
@@ -246,7 +248,7 @@ class WorkerProcess:
             self.isolation["cgroup"] = "unavailable: the worker could not be moved into its cgroup"
         # Only now may tool code run: the worker imports its tool modules on this go-ahead, so a
         # module that forks at import cannot leave children outside the cgroups (issue 14, item 1).
-        self._writer.write(frame(encode(Caged())))
+        self._requests.write(frame(encode(Caged())))
 
     async def _start_proxy(self) -> dict[str, str]:
         """Start the egress proxy of an allowlist worker; the variable that tells the worker where."""
@@ -310,15 +312,13 @@ class WorkerProcess:
             lambda: TailBuffer(STDERR_TAIL_BYTES), os.fdopen(err_r, "rb", buffering=0)
         )
         self._reader = asyncio.StreamReader(limit=READ_LIMIT_BYTES)
-        rep, _ = await loop.connect_read_pipe(
+        self._reply_pipe, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(self._reader), os.fdopen(rep_r, "rb", buffering=0)
         )
-        # StreamReaderProtocol brings the flow control that StreamWriter.drain() needs.
-        req, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(req_w, "wb", buffering=0)
+        self._requests, _ = await loop.connect_write_pipe(
+            asyncio.Protocol, os.fdopen(req_w, "wb", buffering=0)
         )
-        self._writer = asyncio.StreamWriter(req, protocol, None, loop)
-        self._transports: list[asyncio.BaseTransport] = [out, err, rep, req]
+        self._transports: list[asyncio.BaseTransport] = [out, err, self._reply_pipe, self._requests]
 
     def _reap(self) -> None:
         """Collect the killed worker's exit, which its exit watcher (stopped at `close`) has not seen.
@@ -396,39 +396,22 @@ class WorkerProcess:
             raise WorkerStartError(text, refused=isinstance(message, Refused))
         self.isolation = message.isolation
 
-    async def _read_reply(self) -> FromWorker:
-        payload = await read_frame(self._reader, self.max_reply_bytes)
-        return decode_from_worker(payload)
-
     async def exchange(self, request: ToWorker | None, deadline: float) -> FromWorker:
-        """Send `request` (if any) and wait for one reply until the monotonic `deadline`."""
-        read = asyncio.ensure_future(self._exchange(request))
-        try:
-            waited: set[asyncio.Future[Any]] = {read, self.exited}
-            done, _ = await asyncio.wait(
-                waited,
-                timeout=max(0.0, deadline - time.monotonic()),
-                return_when="FIRST_COMPLETED",
-            )
-        finally:
-            if not read.done():
-                await cancel_and_wait(read)
-        if read in done:
-            return await self._reply_of(read)
-        if self.exited.done():
-            raise WorkerDied(self.exited.result())
-        raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})")
+        """Send `request` (if any) and wait for one reply until the monotonic `deadline`.
 
-    async def _exchange(self, request: ToWorker | None) -> FromWorker:
-        if request is not None:
-            self._writer.write(frame(encode(request)))
-            await self._writer.drain()
-        return await self._read_reply()
-
-    async def _reply_of(self, read: asyncio.Future[FromWorker]) -> FromWorker:
+        Read in the caller's task (a task per call cost more than the rest of the supervisor's
+        side). The read ends when a reply has come, or when the reply pipe closes: at the worker's
+        exit (`_end_replies`: noticed at once, even while a grandchild holds the pipe open), or at
+        the deadline (`ReplyDeadline`; a timed-out worker is never used again). The request is not
+        drained: it is one frame, which the transport sends as the worker reads it."""
+        self._deadline.arm(deadline)
         try:
-            return read.result()
-        except (PeerClosed, BrokenPipeError, ConnectionResetError) as exc:
+            if request is not None:
+                self._requests.write(frame(encode(request)))
+            return decode_from_worker(await read_frame(self._reader, self.max_reply_bytes))
+        except PeerClosed as exc:
+            if self._deadline.passed:
+                raise WorkerTimeout(f"no reply within the deadline (pid {self.pid})") from None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self.exited), EXIT_AFTER_EOF_S)
             if self.exited.done():
@@ -436,6 +419,14 @@ class WorkerProcess:
             raise WorkerProtocolError(f"closed its pipe without a reply ({exc})") from None
         except (FrameError, msgspec.DecodeError) as exc:
             raise WorkerProtocolError(f"sent an invalid frame: {exc}") from None
+        finally:
+            self._deadline.disarm()
+
+    def _end_replies(self, _: object = None) -> None:
+        """The worker has exited or missed its deadline: close its reply pipe, so the read waiting
+        on it ends now (a reply already read in is still taken), even while a grandchild holds the
+        pipe open."""
+        self._reply_pipe.close()
 
     async def stderr_tail(self) -> str:
         """The last bytes the worker wrote to stderr, after giving the pipe a moment to drain."""
@@ -471,6 +462,7 @@ class WorkerProcess:
         if self._closed:
             return False
         self._closed = True
+        self._deadline.close()
         self._close_proxy()
         for transport in getattr(self, "_transports", []):
             transport.close()

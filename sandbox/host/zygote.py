@@ -19,6 +19,8 @@ import time
 from collections.abc import Sequence
 
 import msgspec
+from stockade.sandbox.isolation import limits
+from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.zygote import (
     EXIT_WAIT_S,
     FORK_TIMEOUT_S,
@@ -27,6 +29,7 @@ from stockade.sandbox.wire.zygote import (
     SLACK_ENV,
     STARTUP_TIMEOUT_S,
     TRUSTED_PRELOAD,
+    ZYGOTE_ENV,
     Exited,
     Forked,
     ForkFailed,
@@ -36,7 +39,7 @@ from stockade.sandbox.wire.zygote import (
     ZygoteReady,
 )
 
-__all__ = ["Zygote"]
+__all__ = ["SharedZygote", "Zygote", "zygote_env"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,7 @@ class Zygote:
         self._importing_until = 0.0
         """While the zygote may still be importing new preloads (monotonic): forks queue behind it."""
         self.pid = 0
+        self._spawned = False
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -78,8 +82,17 @@ class Zygote:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._sock is not None
 
-    async def start(self) -> None:
-        """Exec the zygote and wait until its modules are imported; raises `ZygoteError`."""
+    @property
+    def started(self) -> bool:
+        """Whether the zygote said it is ready (and is still alive)."""
+        return self.pid != 0 and self.alive
+
+    def spawn(self) -> None:
+        """Exec the zygote without waiting for it: needs no event loop, so a caller can start it
+        before its own slow imports and have both run at once; `start` then waits for it. Once only."""
+        if self._spawned:
+            return
+        self._spawned = True
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         argv = [sys.executable, "-P", "-s", "-m", "stockade.sandbox.child.zygote", str(theirs.fileno())]
         argv.append(msgspec.json.encode(list(self.preload)).decode())
@@ -94,12 +107,24 @@ class Zygote:
                 env=self.env,
                 cwd="/",
             )
+        except BaseException:
+            ours.close()
+            raise
         finally:
             theirs.close()
         ours.setblocking(False)
-        self._sock, self._loop = ours, asyncio.get_running_loop()
+        self._sock = ours
+        log.debug("zygote_spawned pid=%d", self._proc.pid)
+
+    async def start(self) -> None:
+        """Exec the zygote (unless `spawn` did) and wait until its modules are imported; raises
+        `ZygoteError`."""
+        self.spawn()
+        if self._sock is None:
+            raise ZygoteError("zygote closed")
+        self._loop = asyncio.get_running_loop()
         self._ready = self._loop.create_future()
-        self._loop.add_reader(ours.fileno(), self._on_readable)
+        self._loop.add_reader(self._sock.fileno(), self._on_readable)
         try:
             ready = await asyncio.wait_for(self._ready, STARTUP_TIMEOUT_S)
         except BaseException as exc:
@@ -141,8 +166,10 @@ class Zygote:
             _kill(message.pid)  # Its caller was cancelled: nobody else knows this worker.
 
     def want(self, modules: tuple[str, ...]) -> None:
-        """Have the zygote import `modules` (installed, trusted) before its next fork."""
-        self.wanted = (*self.wanted, *(name for name in modules if name not in self.wanted))
+        """Have the zygote import `modules` (installed, trusted) before its next fork (those it
+        preloaded at its start are imported already)."""
+        known = (*self.preload, *self.wanted)
+        self.wanted = (*self.wanted, *(name for name in modules if name not in known))
 
     async def fork(self, request: ForkRequest, fds: list[int]) -> int:
         """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
@@ -218,10 +245,11 @@ class Zygote:
 
 
 class SharedZygote:
-    """The zygote a sandbox forks from, started on first use and restarted if it died. A sandbox makes
-    its own; `stockade serve` gives one to all its sessions' sandboxes, so that its start and its
-    preloaded libraries are paid once. Each sandbox still has its own workers, workdirs, uids and
-    sweeps; only the forking parent is shared."""
+    """The zygote a sandbox forks from, started on first use (or ahead of it: `spawn`) and restarted
+    if it died. A sandbox makes its own; `stockade serve` gives one to all its sessions' sandboxes, so
+    that its start and its preloaded libraries are paid once, and `stockade run` spawns one before its
+    own imports. Each sandbox still has its own workers, workdirs, uids and sweeps; only the forking
+    parent is shared."""
 
     def __init__(
         self,
@@ -236,18 +264,35 @@ class SharedZygote:
         self._zygote: Zygote | None = None
         self._lock: asyncio.Lock | None = None
 
+    def spawn(self) -> None:
+        """Exec the zygote now without waiting for it (no event loop needed), so that its start
+        overlaps whatever the caller does next; the first `get` waits for this one."""
+        self._replace_if_dead().spawn()
+
     async def get(self) -> Zygote:
         """The running zygote; raises `ZygoteError` if it cannot start."""
         self._lock = self._lock or asyncio.Lock()
         async with self._lock:
-            if self._zygote is None or not self._zygote.alive:
-                zygote = Zygote(self._env, self._preload)
+            zygote = self._replace_if_dead()
+            if not zygote.started:
                 await zygote.start()
-                self._zygote = zygote
-            return self._zygote
+            return zygote
+
+    def _replace_if_dead(self) -> Zygote:
+        """The current zygote, a new one (not started) if there is none or it died."""
+        if self._zygote is None or not self._zygote.alive:
+            if self._zygote is not None:
+                self._zygote.close()
+            self._zygote = Zygote(self._env, self._preload)
+        return self._zygote
 
     def close(self) -> None:
         """Close the zygote (after every sandbox using it has closed). Idempotent."""
         zygote, self._zygote = self._zygote, None
         if zygote is not None:
             zygote.close()
+
+
+def zygote_env(marker: str) -> dict[str, str]:
+    """A zygote's environment: the scrubbed base of a worker's, and the marker naming its owner."""
+    return limits.worker_env(ResourcePolicy(), "/", {ZYGOTE_ENV: marker})

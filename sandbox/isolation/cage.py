@@ -190,6 +190,11 @@ class Cage:
         if self.cgroup is not None:
             self.cgroup.reset_peak()
 
+    @property
+    def measures_peak(self) -> bool:
+        """Whether `usage` has each call's peak memory of the whole tree."""
+        return self.cgroup is not None and self.cgroup.measures_peak
+
     def limit_hit(self) -> Resource | None:
         return self.cgroup.limit_hit() if self.cgroup is not None else None
 

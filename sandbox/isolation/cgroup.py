@@ -32,6 +32,9 @@ NAME_PREFIX = "w"
 KILL_POLL_S = 0.005
 RMDIR_RETRY_S = 1.0
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+_OOM_KILLS = re.compile(rb"^oom_kill (\d+)$", re.MULTILINE)
+_MAX_HITS = re.compile(rb"^max (\d+)$", re.MULTILINE)
+_USAGE_USEC = re.compile(rb"^usage_usec (\d+)$", re.MULTILINE)
 
 
 class CgroupLayout(msgspec.Struct, frozen=True):
@@ -194,20 +197,26 @@ class WorkerCgroup:
         self._baseline = (0, 0, 0.0)
         self._fds: dict[str, int] = {}
         """Counter files kept open: a per-call open+read+close of each costs more than the call."""
+        # Joined once: each call reads them twice, and joining the paths cost more than the reads.
+        events = "memory.events" if layout.v2_limits else "memory.oom_control"
+        self._oom_events = os.path.join(self.memory_dir, events)
+        self._pids_events = os.path.join(self.pids_dir, "pids.events")
+        self._max_usage = os.path.join(self.memory_dir, "memory.max_usage_in_bytes")
+        self._cpu_stat = os.path.join(self.unified_dir, "cpu.stat") if self.unified_dir else None
 
     def _fd(self, path: str) -> int:
         if path not in self._fds:
             self._fds[path] = os.open(path, os.O_RDWR if path.endswith("_in_bytes") else os.O_RDONLY)
         return self._fds[path]
 
-    def _read_key(self, path: str, key: str) -> int:
-        """`_read_key` through a kept-open fd (pread from offset 0 re-reads a cgroup file)."""
-        with contextlib.suppress(OSError, ValueError):
-            for line in os.pread(self._fd(path), 4096, 0).decode().splitlines():
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return int(value)
-        return 0
+    def _read_key(self, path: str, key: re.Pattern[bytes]) -> int:
+        """The number on `path`'s line that `key` matches, through a kept-open fd (pread from offset 0
+        re-reads a cgroup file); 0 if it cannot be read."""
+        try:  # Not `contextlib.suppress`: this runs several times per call, and try is cheaper.
+            found = key.search(os.pread(self._fd(path), 4096, 0))
+        except OSError:
+            return 0
+        return 0 if found is None else int(found[1])
 
     def create(self, memory_bytes: int | None, max_processes: int | None) -> None:
         """mkdir every directory and write the limits; raises OSError if a limit cannot be set."""
@@ -251,17 +260,14 @@ class WorkerCgroup:
 
     def _counters(self) -> tuple[int, int, float]:
         """(oom kills, pids.max hits, cpu seconds) so far."""
-        if self.layout.v2_limits:
-            ooms = self._read_key(os.path.join(self.memory_dir, "memory.events"), "oom_kill")
-        else:
-            ooms = self._read_key(os.path.join(self.memory_dir, "memory.oom_control"), "oom_kill")
-        pid_hits = self._read_key(os.path.join(self.pids_dir, "pids.events"), "max") if self.has_pids else 0
+        ooms = self._read_key(self._oom_events, _OOM_KILLS)
+        pid_hits = self._read_key(self._pids_events, _MAX_HITS) if self.has_pids else 0
         return ooms, pid_hits, self._cpu_total_s()
 
     def _cpu_total_s(self) -> float:
-        if self.unified_dir is None:
+        if self._cpu_stat is None:
             return 0.0
-        return self._read_key(os.path.join(self.unified_dir, "cpu.stat"), "usage_usec") / 1e6
+        return self._read_key(self._cpu_stat, _USAGE_USEC) / 1e6
 
     def reset_peak(self) -> None:
         """Start a new accounting window: peak memory, cpu and limit counters."""
@@ -270,11 +276,16 @@ class WorkerCgroup:
                 os.pwrite(self._peak_fd, b"reset", 0)
         elif self.has_memory:
             with contextlib.suppress(OSError):
-                os.pwrite(self._fd(os.path.join(self.memory_dir, "memory.max_usage_in_bytes")), b"0", 0)
+                os.pwrite(self._fd(self._max_usage), b"0", 0)
         self._baseline = self._counters()
 
     def cpu_s(self) -> float | None:
         return self._cpu_total_s() - self._baseline[2] if self.unified_dir else None
+
+    @property
+    def measures_peak(self) -> bool:
+        """Whether `peak_bytes` reads a per-call peak (a memory controller)."""
+        return self.has_memory
 
     def peak_bytes(self) -> int | None:
         if self._peak_fd is not None:
@@ -284,7 +295,7 @@ class WorkerCgroup:
         if not self.has_memory:
             return None
         with contextlib.suppress(OSError, ValueError):
-            return int(os.pread(self._fd(os.path.join(self.memory_dir, "memory.max_usage_in_bytes")), 64, 0))
+            return int(os.pread(self._fd(self._max_usage), 64, 0))
         return None
 
     def limit_hit(self) -> Resource | None:

@@ -78,17 +78,12 @@ def apply_rlimits(policy: ResourcePolicy, limit_address_space: bool) -> None:
         _limit(resource.RLIMIT_AS, policy.memory_bytes)
 
 
-def _own_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def set_call_cpu_budget(policy: ResourcePolicy) -> None:
-    """Give the next call `policy.cpu_s` CPU seconds on top of what this process already used."""
+def set_call_cpu_budget(policy: ResourcePolicy, used_s: float) -> None:
+    """Give the next call `policy.cpu_s` CPU seconds on top of the `used_s` this process already used."""
     if policy.cpu_s is None:
         return
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(_own_cpu_s()) + math.ceil(policy.cpu_s)
+    soft = math.ceil(used_s) + math.ceil(policy.cpu_s)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))

@@ -69,6 +69,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Folders the worker may import tool modules from, besides its interpreter's own path."""
     preload_refs: tuple[str, ...] = ()
     """Tool references to import once the worker is caged (`Caged`), before its first request arrives."""
+    call_peak_rss: bool = True
+    """Whether the worker measures each call's own peak RSS (VmHWM, reset per call). Off when the
+    supervisor's cgroup measures the call's peak for the whole tree (its figure replaces the
+    worker's): the worker then reports its lifetime peak, read with its CPU, for a failed read."""
 
 
 # Supervisor → worker

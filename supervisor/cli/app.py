@@ -56,6 +56,24 @@ def _version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """`--version`, looked up only when given: `importlib.metadata` would cost every other command
+    (and `stockade run`'s cold start) some 50 ms."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"stockade {_version()}", flush=True)
+        parser.exit()
+
+
 def load_config(path: str | None) -> PolicyConfig:
     """The policy file at `path`, else the one found upward from the current directory
     (`config/discovery.py`), else the built-in defaults; its command tools wired for the workers (their
@@ -261,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the local tools of Anthropic managed-agents sessions in a sandbox.",
         allow_abbrev=False,
     )
-    parser.add_argument("--version", action="version", version=f"stockade {_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the installed version and exit")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = _sub(
         subs, "demo", "run an offline demo session against the built-in emulator", _handler(_DEMO, "cmd_demo")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import anthropic
+from stockade.sandbox.host.zygote import SharedZygote
 from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import UsageError
 from stockade.supervisor.cli.report import CallReporter
@@ -39,8 +40,11 @@ def run_with_resources(
     refs: Sequence[str],
     config: PolicyConfig,
     reporter: CallReporter,
+    *,
+    zygote: SharedZygote,
 ) -> int:
-    """`stockade run` with skills and memory stores (see `environments.local`)."""
+    """`stockade run` with skills and memory stores (see `environments.local`); the runner forks from
+    `zygote`."""
     options = resource_options(argparse.Namespace(header=None, **vars(args)), config)
     async_client = anthropic.AsyncAnthropic(api_key=client.api_key, base_url=str(client.base_url))
     resources = LocalResources(
@@ -71,6 +75,7 @@ def run_with_resources(
             max_idle_s=given(args.max_idle, session_config.run.max_idle_s),
             max_concurrent_calls=given(args.max_concurrent_calls, session_config.run.max_concurrent_calls),
             state_dir=state_dir_of(args),
+            zygote=zygote,
         )
 
     return run_session(_WithResources(resources, factory), reporter)

@@ -6,6 +6,7 @@ Imported only when one of them runs, because `anthropic` is slow to import.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.args import given
@@ -28,12 +29,16 @@ from stockade.supervisor.cli.logs import Tap, setup_logging
 from stockade.supervisor.cli.report import CallReporter
 from stockade.supervisor.config.policy import ApiSettings, PolicyConfig
 
+if TYPE_CHECKING:
+    from stockade.sandbox.host.zygote import SharedZygote
+
 __all__ = [
     "api_error_message",
     "bundled_scenarios",
     "cmd_emulator",
     "cmd_run",
     "confirmation_warning",
+    "early_zygote",
     "first_connection",
     "load_scenario",
     "make_runner",
@@ -72,17 +77,25 @@ def make_runner(
     max_idle_s: float | None,
     max_concurrent_calls: int | None,
     state_dir: str | None = None,
+    zygote: SharedZygote | None = None,
 ) -> Any:
     """A SessionRunner for `session_id` with `config`'s runner arguments (`config.runner_args`), the
     extra tool references `refs` and the given callbacks; `max_idle_s` / `max_concurrent_calls` are
-    the values to run with (flags over `[run]`, resolved by the caller; None: unlimited)."""
+    the values to run with (flags over `[run]`, resolved by the caller; None: unlimited); `zygote`:
+    the one its sandbox forks from (`early_zygote`), if not its own."""
     from stockade.supervisor import SessionRunner
     from stockade.supervisor.config.runner_args import runner_args
 
     args = runner_args(config, extra_tools=refs)
     args["max_idle"], args["max_concurrent_calls"] = max_idle_s, max_concurrent_calls
     return SessionRunner(
-        client=client, session_id=session_id, on_call=on_call, on_event=on_event, state_dir=state_dir, **args
+        client=client,
+        session_id=session_id,
+        on_call=on_call,
+        on_event=on_event,
+        state_dir=state_dir,
+        zygote=zygote,
+        **args,
     )
 
 
@@ -201,6 +214,22 @@ def confirmation_warning(config: PolicyConfig) -> str | None:
     )
 
 
+def early_zygote(config: PolicyConfig) -> SharedZygote:
+    """The run's zygote, exec'd at once (before this process imports `anthropic`), so that its start
+    runs while this process imports and connects. On a host with a CPU to spare it preloads `anthropic`
+    too — in parallel, so at no cost to the run — and the worker that describes the tools forks with
+    it imported already: SDK tools (`beta_tool`) then import in milliseconds. Its other preloads are
+    `[run] preload`'s installed libraries (never a tool module)."""
+    from stockade.sandbox.host.zygote import SharedZygote, zygote_env
+    from stockade.sandbox.wire.zygote import SDK_PRELOAD
+
+    spare_cpu = len(os.sched_getaffinity(0)) > 1
+    preload = (*config.run.preload, *(SDK_PRELOAD if spare_cpu else ()))
+    zygote = SharedZygote(zygote_env(f"run-{os.getpid()}"), preload=preload)
+    zygote.spawn()
+    return zygote
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """`stockade run SESSION_ID`: serve the session's tool calls until it ends."""
     settings = ApiSettings.from_env()
@@ -215,6 +244,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: the load checked the default one
     setup_logging(args.verbose, printed_by_cli=_TAPPED)
+    zygote = early_zygote(config)
+    try:
+        return _serve_session(args, settings, config, refs, zygote)
+    finally:
+        zygote.close()
+
+
+def _serve_session(
+    args: argparse.Namespace,
+    settings: ApiSettings,
+    config: PolicyConfig,
+    refs: Sequence[str],
+    zygote: SharedZygote,
+) -> int:
+    """`cmd_run` once its arguments are checked and the zygote is starting: connect, then run."""
     import anthropic
 
     client = anthropic.Anthropic(api_key=settings.api_key, base_url=settings.base_url)
@@ -228,7 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if any(ref.startswith(BUILTIN_PREFIX) for ref in [*config.tool_refs, *refs]):
         from stockade.supervisor.cli.resources import run_with_resources
 
-        return run_with_resources(args, client, refs, config, reporter)
+        return run_with_resources(args, client, refs, config, reporter, zygote=zygote)
     runner = make_runner(
         client,
         args.session_id,
@@ -239,6 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_idle_s=given(args.max_idle, config.run.max_idle_s),
         max_concurrent_calls=given(args.max_concurrent_calls, config.run.max_concurrent_calls),
         state_dir=state_dir_of(args),
+        zygote=zygote,
     )
     return run_session(runner, reporter, base_url=str(client.base_url).rstrip("/"))
 

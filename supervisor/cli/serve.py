@@ -1,15 +1,14 @@
 """`stockade serve --environment-id ID`: the command around `environments.serve.WorkServer`.
 
-The zygote that every served session forks from is exec'd first, and the serve engine (with
-`anthropic`, a second of imports) is imported in a thread while it starts: the zygote's own imports
-(`anthropic` too when a tool module imports it) then cost the first session nothing.
+The zygote that every served session forks from is exec'd first (`SharedZygote.spawn`, as `stockade
+run` does), before the serve engine and `anthropic` (a second of imports) are imported: the zygote's
+own imports (`anthropic` too when a tool module imports it) then cost the first session nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import math
 import os
 import shutil
@@ -21,7 +20,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import EXIT_API_ERROR, EXIT_NO_API_KEY, EXIT_OK, UsageError
@@ -46,7 +44,6 @@ __all__ = ["cmd_serve"]
 
 # The serve engine's records the CLI prints as its own lines, one per session and one per call.
 _TAPPED = ("item_start", "item_call", "item_run_end", "item_run_failed", "item_not_claimed")
-_ENGINE = "stockade.supervisor.environments.serve"
 
 
 class ServeReporter:
@@ -202,7 +199,7 @@ def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
     a tool module's own source imports it (its `beta_tool`s then import in milliseconds in a worker)."""
     from stockade.sandbox import SharedZygote, zygote_env
     from stockade.sandbox.host.importpath import ImportFolder, default_import_paths
-    from stockade.sandbox.host.pool import SDK_PRELOAD
+    from stockade.sandbox.wire.zygote import SDK_PRELOAD
 
     folder = ImportFolder(default_import_paths())
     try:
@@ -210,7 +207,9 @@ def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
         sdk = SDK_PRELOAD if folder.imports_directly(refs, SDK_PRELOAD[0]) else ()
     finally:
         folder.close()
-    return SharedZygote(zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk))
+    zygote = SharedZygote(zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk))
+    zygote.spawn()  # Before the engine's and anthropic's imports: the zygote's start overlaps them.
+    return zygote
 
 
 async def _serve(
@@ -222,10 +221,7 @@ async def _serve(
     root: Path,
     zygote: SharedZygote,
 ) -> int:
-    """Start the zygote, import the engine meanwhile (in a thread), then serve."""
-    # A zygote that fails to start here is started again by the first sandbox, which reports it.
-    starting = asyncio.ensure_future(zygote.get())
-    await asyncio.to_thread(importlib.import_module, _ENGINE)
+    """Serve the environment's work queue with `zygote` (spawned already) until told to stop."""
     import anthropic
     from stockade.supervisor.environments.item import ItemSettings
     from stockade.supervisor.environments.serve import DEFAULT_DRAIN_GRACE_S, workers_per_session
@@ -261,6 +257,4 @@ async def _serve(
             what = f"the API refused to serve work ({exc.status_code}): {for_terminal(exc.message)}"
         print(f"stockade: error: {what}", file=sys.stderr)
         return EXIT_API_ERROR
-    finally:
-        await cancel_and_wait(starting)
     return EXIT_OK

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequen
 from typing import Any
 
 import anthropic
-from stockade.sandbox import Sandbox, ToolInfo
+from stockade.sandbox import Sandbox, SharedZygote, ToolInfo
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.tasks import cancel_and_wait
 from stockade.supervisor.runner.defaults import DEFAULT_MAX_IDLE_S, DEFAULT_STREAM_SILENCE_S
@@ -64,6 +64,7 @@ class SessionRunner:
         state_dir: str | os.PathLike[str] | None = None,
         stream_silence_s: float = DEFAULT_STREAM_SILENCE_S,
         preload: Sequence[str] = (),
+        zygote: SharedZygote | None = None,
     ) -> None:
         """
         Args:
@@ -87,6 +88,8 @@ class SessionRunner:
             stalled: it is dropped and the runner reconnects.
           preload: installed modules (never tool modules) imported once in the sandbox's zygote and
             shared by every worker it forks (`anthropic` is added once a tool turns out to need it).
+          zygote: a zygote the runner's sandbox forks its workers from (its own preloads apply, not
+            `preload`), e.g. one spawned before the caller's own imports; the caller closes it.
         """
         if max_concurrent_calls is not None and max_concurrent_calls < 1:
             raise ValueError(
@@ -107,6 +110,7 @@ class SessionRunner:
         self.state_dir = state_dir
         self.stream_silence_s = stream_silence_s
         self.preload = tuple(preload)
+        self._zygote = zygote
         self._abort_requested = threading.Event()
         self._abort: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -212,7 +216,10 @@ class SessionRunner:
             yield self._sandbox
             return
         async with Sandbox(
-            policies=self.policies, default=self.default_policy, preload=self.preload
+            policies=self.policies,
+            default=self.default_policy,
+            preload=self.preload,
+            zygote=self._zygote if self._zygote is not None else True,
         ) as sandbox:
             yield sandbox
 
@@ -225,6 +232,7 @@ class SessionRunner:
             yield journal
 
     async def _config(self, sandbox: Sandbox, journal: Journal | None) -> LoopConfig:
+        sandbox.warm_in_background()  # A blank worker starts for the first call while these are described.
         infos = await sandbox.describe(self.tool_refs)
         # On duplicate names the later tool wins (A5).
         tools: dict[str, ToolInfo] = {info.name: info for info in infos}
