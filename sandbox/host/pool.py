@@ -231,12 +231,16 @@ class Sandbox:
             if idle is not None:
                 await self._discard(idle.pop(0), 0.0)  # The longest idle of its pool.
             else:
-                self._waiting += 1
-                try:
-                    await self._change.wait()
-                finally:
-                    self._waiting -= 1
+                await self._wait_change()
         return None
+
+    async def _wait_change(self) -> None:
+        """Wait for the next `_changed` (counted in `_waiting`: a change with no waiter costs nothing)."""
+        self._waiting += 1
+        try:
+            await self._change.wait()
+        finally:
+            self._waiting -= 1
 
     async def _ensure_zygote(self) -> Zygote | None:
         """The running zygote, started on first use; None (exec'd workers) if it cannot start."""
@@ -375,7 +379,7 @@ class Sandbox:
         while self._starting[key] + self._starting[_blank(policy)] > self._awaiting[policy]:
             self._awaiting[policy] += 1
             try:
-                await self._change.wait()
+                await self._wait_change()
             finally:
                 self._awaiting[policy] -= 1
             if (worker := self._pop_idle(key)) is not None:
