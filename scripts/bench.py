@@ -41,7 +41,9 @@ REF = f"{TOOL_MODULE}:TOOLS"
 PIPE_CALLS = 2000
 SCRIPTS_DIR = Path(__file__).resolve().parent
 IN_PROCESS_CALLS = 2000
-WARM_CALLS = 300
+WARM_CALLS = 500
+INTERLEAVED_BLOCKS = 10
+"""The warm and bare-pipe round trips alternate in this many blocks of calls."""
 FRESH_CALLS = 20
 DEADLINE_RUNS = 5
 DEADLINE_WALL_S = 0.3
@@ -93,27 +95,44 @@ PIPE_CHILD = (
 )
 
 
-async def bench_bare_pipe() -> float:
-    """Median round trip of one msgspec message through a child that echoes it over its pipes, with
-    the framing and the asyncio streams the sandbox uses: the floor of a warm call's round trip."""
+async def _pipe_samples(child: Any, count: int) -> list[float]:
+    """Round trips of one msgspec message through `child` (PIPE_CHILD), with the framing and the
+    asyncio streams the sandbox uses: the floor of a warm call's round trip."""
     import msgspec
     from stockade.sandbox.wire.framing import frame, read_frame
 
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", PIPE_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    assert child.stdin is not None and child.stdout is not None
     message = {"call_id": "b", "name": "echo", "ref": REF, "input": {"text": "hi"}}
     samples = []
-    for _ in range(PIPE_CALLS):
+    for _ in range(count):
         started = time.perf_counter()
         child.stdin.write(frame(msgspec.msgpack.encode(message)))
         await child.stdin.drain()
         msgspec.msgpack.decode(await read_frame(child.stdout))
         samples.append(time.perf_counter() - started)
-    child.kill()
-    await child.wait()
-    return statistics.median(samples)
+    return samples
+
+
+async def bench_warm_and_pipe(policy: Any) -> tuple[float, float]:
+    """Median warm worker round trip and bare pipe round trip, measured in alternating blocks (so a
+    burst of load on the machine lands on both alike)."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PIPE_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    pipe: list[float] = []
+
+    async def body(sandbox: Any) -> float:
+        warm: list[float] = []
+        for _ in range(INTERLEAVED_BLOCKS):
+            pipe.extend(await _pipe_samples(child, PIPE_CALLS // INTERLEAVED_BLOCKS))
+            warm.extend(await _timed_calls(sandbox, WARM_CALLS // INTERLEAVED_BLOCKS))
+        return statistics.median(warm)
+
+    try:
+        warm = await _with_sandbox(policy, body)
+    finally:
+        child.kill()
+        await child.wait()
+    return warm, statistics.median(pipe)
 
 
 async def _timed_calls(sandbox: Any, count: int, name: str = "echo") -> list[float]:
@@ -177,8 +196,7 @@ def _policies() -> dict[str, Any]:
 def run_sandbox_bench() -> None:
     policies = _policies()
     baseline = bench_in_process()
-    pipe = asyncio.run(bench_bare_pipe())
-    warm = asyncio.run(bench_pool(policies["warm"], WARM_CALLS))
+    warm, pipe = asyncio.run(bench_warm_and_pipe(policies["warm"]))
     rows = [
         ("in-process call (baseline)", baseline),
         ("bare msgspec pipe round trip", pipe),

@@ -69,6 +69,7 @@ class CpuWatch:
             if used_s >= limit_s:
                 del self._limits[worker]
                 log.info("cpu_budget_spent pid=%d cpu_s=%.2f", worker.pid, used_s)
+                worker.cpu_spent_s = used_s
                 # The worker is alive and unreaped (the call still waits on it), so its pid is its own.
                 # Its reply then never comes: the pool sees it die and kills the rest of the tree.
                 with contextlib.suppress(OSError):  # Gone already, or its handle closed.

@@ -502,7 +502,7 @@ class Sandbox:
         cpu_before_kill = tree_cpu_s(worker)
         cage = worker.cage.usage()  # Before the kill: closing the cage drops its accounting.
         await self._discard(worker, grace_s)
-        cpu_s = max(cpu_before_kill, rusage_cpu_s(worker))
+        cpu_s = max(cpu_before_kill, rusage_cpu_s(worker), worker.cpu_spent_s)
         usage = call_usage(worker, started, cpu_s, rusage_rss_bytes(worker), cage)
         return await killed_outcome(worker, tool, error, usage, limit_hit)
 

@@ -147,6 +147,9 @@ class WorkerProcess:
         self.worker_id = worker_id
         self.calls = 0
         self.worker_cpu_s = 0.0
+        self.cpu_spent_s = 0.0
+        """The call's CPU when the supervisor killed it for CPU (0: it was not); read before the kill,
+        so it counts even when the killed worker's rusage misses its PID namespace's worker."""
         self.isolation: dict[str, str] = {}
         self.workdir, self._own_workdir = "", False
         self.cage = Cage(policy, worker_id)
