@@ -26,7 +26,7 @@ API_KEY = "bench-key"
 SCRIPTS_DIR = Path(__file__).resolve().parent
 POLICY = '[run]\nmax_idle = "0s"\n[defaults]\nenv_passthrough = ["PYTHONPATH"]\n'
 """`stockade run`'s policy file: the workers find the benchmark's tool modules on `PYTHONPATH`."""
-SDK_SCRIPT = """\
+SDK_ECHO = """\
 import asyncio, importlib, sys
 from anthropic import AsyncAnthropic, beta_async_tool
 tools = importlib.import_module(sys.argv[3])
@@ -34,10 +34,16 @@ tools = importlib.import_module(sys.argv[3])
 async def echo(text: str) -> str:
     \"\"\"Return `text`.\"\"\"
     return tools.echo_fn(text)
+"""
+"""The start of both baseline scripts: the tool module named by argv[3], its `echo` as a `beta_tool`."""
+SDK_SCRIPT = (
+    SDK_ECHO
+    + """\
 client = AsyncAnthropic(api_key=sys.argv[2], base_url=sys.argv[1])
 runner = client.beta.sessions.events.tool_runner(sys.argv[4], tools=[echo], max_idle=0)
 asyncio.run(runner.until_done())
 """
+)
 """The baseline: the SDK's runner with the tool module's `echo` in-process (the module imported as
 a user's script would: `bench_tools_sdk` imports `anthropic` itself)."""
 

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_cold import SDK_ECHO
+
 __all__ = ["run_serve_bench"]
 
 SHAPES = ((16, 10), (64, 5))
@@ -32,20 +34,16 @@ ENVIRONMENT_KEY = "bench-env-key"
 SCRIPTS_DIR = Path(__file__).resolve().parent
 POLICY = '[defaults]\nenv_passthrough = ["PYTHONPATH"]\n'
 """`stockade serve`'s policy file: the workers find the benchmark's tool modules on `PYTHONPATH`."""
-SDK_SCRIPT = """\
-import asyncio, importlib, sys
-from anthropic import AsyncAnthropic, beta_async_tool
-tools = importlib.import_module(sys.argv[3])
-@beta_async_tool
-async def echo(text: str) -> str:
-    \"\"\"Return `text`.\"\"\"
-    return tools.echo_fn(text)
+SDK_SCRIPT = (
+    SDK_ECHO
+    + """\
 client = AsyncAnthropic(api_key="unused", base_url=sys.argv[1])
 worker = client.beta.environments.work.worker(
     environment_id=sys.argv[5], environment_key=sys.argv[2], tools=[echo], workdir=sys.argv[4], max_idle=0
 )
 asyncio.run(worker.run())
 """
+)
 """The baseline: the SDK's environment worker with the tool module's `echo` in-process (the module
 imported as a user's script would: `bench_tools_sdk` imports `anthropic` itself)."""
 
