@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import msgspec
 import psutil
@@ -31,12 +32,21 @@ def _zygotes() -> list[int]:
     return found
 
 
+def _spawned(before: set[int]) -> set[int]:
+    """The zygotes started since `before`, once there is one: right after `spawn` the child may not
+    have exec'd yet (its cmdline is still this process's), so look again for a bounded while."""
+    deadline = time.monotonic() + 10
+    while not (spawned := set(_zygotes()) - before) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return spawned
+
+
 @pytest.mark.timeout(60)
 def test_a_zygote_spawned_before_the_event_loop_is_the_one_the_sandbox_forks_from() -> None:
     before = set(_zygotes())
     shared = SharedZygote(zygote_env("test-early"))
     shared.spawn()  # No event loop yet.
-    spawned = set(_zygotes()) - before
+    spawned = _spawned(before)
     assert len(spawned) == 1, spawned
     seen: list[int | None] = []
 
@@ -59,7 +69,7 @@ def test_an_early_zygote_that_died_is_replaced_at_first_use() -> None:
     before = set(_zygotes())
     shared = SharedZygote(zygote_env("test-early-dead"))
     shared.spawn()
-    (dead,) = set(_zygotes()) - before
+    (dead,) = _spawned(before)
     psutil.Process(dead).kill()
     psutil.Process(dead).wait(5)
 
