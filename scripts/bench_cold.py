@@ -1,4 +1,4 @@
-"""`python scripts/bench.py cold --toolset light|sdk`: cold start to the first posted result.
+"""`python scripts/bench.py cold --toolset light|sdk|heavy`: cold start to the first posted result.
 
 From the moment a process is started to the arrival of its first tool result at the emulator:
 `stockade run` (a fresh interpreter: its own imports, the zygote's start, the tools' description in a

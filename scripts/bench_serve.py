@@ -1,4 +1,4 @@
-"""`python scripts/bench.py serve --toolset light|sdk`: many short sessions from one work queue.
+"""`python scripts/bench.py serve --toolset light|sdk|heavy`: many short sessions from one work queue.
 
 For each shape (sessions x calls: 16x10 and 64x5) the sessions are queued in one emulator
 environment's work queue, each making its calls one after the other and then terminating. Two
