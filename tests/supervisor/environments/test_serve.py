@@ -97,7 +97,11 @@ def test_sessions_served_once_each(emu: Emulator, tmp_path: Path, processes: int
     for code, err in ends:
         assert code == 0, err
         # One zygote per serve process, shared by the sessions it served (each with its own sandbox).
-        assert err.count("zygote_ready") == 1, err
+        # A process that served nothing may be stopped before its zygote is ready.
+        assert err.count("zygote_spawned") == 1, err
+        if "worker_started" in err:
+            assert err.count("zygote_ready") == 1, err
+    assert any("worker_started" in err for _, err in ends)
     for item, sid in zip(items, sids, strict=True):
         results = _results(emu, sid)
         assert len(results) == 1, results
