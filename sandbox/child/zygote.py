@@ -4,7 +4,8 @@ The zygote is exec'd once per `Sandbox` (`python -P -s -m stockade.sandbox.child
 with a scrubbed environment — never forked from the supervisor, whose heap holds the API key. It
 imports the worker (stockade's own modules and msgspec: never psutil, see `ruff.toml` here) and the
 trusted tool modules it is given (the built-in toolset), then forks one worker per `ForkRequest`
-received over a Unix socket.
+received over a Unix socket, with the worker's Landlock ruleset already built (`isolation/planner.py`:
+planning it is the dearest part of a worker's start, and cheaper here than in a new process).
 Any other tool module is imported by the worker after its limits are applied, exactly as in an
 exec'd worker, so a hostile import cannot poison the zygote.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import importlib
 import importlib.util
 import os
@@ -39,6 +41,10 @@ from pathlib import Path
 
 import msgspec
 from stockade.sandbox.isolation import tree
+from stockade.sandbox.isolation.layers import prepare_landlock
+from stockade.sandbox.isolation.planner import Planner
+from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.wire.protocol import PreparedRules
 from stockade.sandbox.wire.zygote import (
     FDS_PER_FORK,
     MESSAGE_BYTES,
@@ -60,6 +66,8 @@ _ENV_END_FIELD = 48
 
 _PRELOAD_TRIED: set[str] = set()
 """Modules a fork request asked to preload, imported or not: each is tried once."""
+_PLANNER = Planner()
+"""The Landlock plans of the workers forked so far, reused for a moment (see `planner`)."""
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
 
@@ -102,7 +110,7 @@ def _adopt_env(env: dict[str, str], priority: tuple[str, ...]) -> None:
     sys.path[0:0] = [os.path.abspath(p) for p in extra]
 
 
-def _become_worker(request: ForkRequest, fds: list[int]) -> None:
+def _become_worker(request: ForkRequest, fds: list[int], config: dict[str, object]) -> None:
     """In the forked worker: wire the fds, take the environment, run the worker; never returns."""
     code = EXIT_FORK_FAILED
     try:
@@ -114,10 +122,11 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        _close_all_but({0, 1, 2, req_r, rep_w})
+        rules = config.get("landlock_rules")
+        ruleset = {rules["fd"]} if isinstance(rules, dict) else set()
+        _close_all_but({0, 1, 2, req_r, rep_w, *ruleset})  # The worker closes the ruleset once caged.
         _adopt_env(request.env, request.markers)
         os.chdir(request.cwd)
-        config = msgspec.json.decode(request.config)
         config.update(request_fd=req_r, reply_fd=rep_w)
         from stockade.sandbox.child import worker
 
@@ -133,6 +142,16 @@ def _become_worker(request: ForkRequest, fds: list[int]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _prepared_rules(config: dict[str, object], env: dict[str, str]) -> PreparedRules | None:
+    """The worker's Landlock rules, built here before the fork (see `layers.prepare_landlock`);
+    None if the config is not one this zygote can plan for (the worker then plans them itself)."""
+    try:
+        policy = msgspec.convert(config["policy"], ResourcePolicy)
+        return prepare_landlock(_PLANNER, policy, Path(str(config["workdir"])), env)
+    except (KeyError, ValueError, msgspec.ValidationError):
+        return None
 
 
 def _installed_roots() -> tuple[str, ...]:
@@ -170,10 +189,19 @@ def _preload(modules: tuple[str, ...], tried: set[str]) -> None:
 
 
 def _fork(request: ForkRequest, fds: list[int]) -> int:
-    """Fork the worker as our child; returns its pid."""
-    pid = os.fork()
-    if pid == 0:
-        _become_worker(request, fds)
+    """Fork the worker as our child, its Landlock rules planned first; returns its pid."""
+    config = msgspec.json.decode(request.config, type=dict[str, object])
+    prepared = _prepared_rules(config, request.env)
+    if prepared is not None:
+        config["landlock_rules"] = msgspec.to_builtins(prepared)
+    gc.freeze()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _become_worker(request, fds, config)
+    finally:
+        if prepared is not None:
+            os.close(prepared.fd)
     return pid
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "SECRET_FILES",
     "View",
     "confine_filesystem",
+    "import_roots",
     "interpreter_paths",
 ]
 
@@ -51,9 +52,13 @@ HIDDEN_DIR_MODE = "0711"  # traversable, not listable: lets the worker reach bou
 def interpreter_paths() -> list[str]:
     """What the worker needs to keep importing: prefixes, the executable's dir, `sys.path`, and the
     source folders of editable installs (stockade's own included), which need not be on `sys.path`."""
-    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    paths.update(p for p in sys.path if p and os.path.isdir(p))
-    paths.update(p for p in _editable_sources() if os.path.isdir(p))
+    paths = [sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))]
+    return import_roots([*paths, *sys.path, *_editable_sources()])
+
+
+def import_roots(entries: Iterable[str]) -> list[str]:
+    """The folders among `entries` (import path entries), each as given and resolved."""
+    paths = {p for p in entries if p and os.path.isdir(p)}
     return sorted({os.path.realpath(p) for p in paths} | paths)
 
 

@@ -15,11 +15,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import stat
+import sys
 from collections.abc import Iterable
 
-from stockade.sandbox.isolation import readable, syscalls
+from stockade.sandbox.isolation import fsconfine, readable, syscalls
+from stockade.sandbox.wire.protocol import PreparedRules
 
-__all__ = ["apply_landlock", "landlock_probe", "rules"]
+__all__ = ["apply_landlock", "build", "landlock_probe", "release", "roots", "rules"]
 
 _EXECUTE = 1 << 0
 _WRITE_FILE = 1 << 1
@@ -119,7 +122,7 @@ def _allow(ruleset_fd: int, path: str, rights: int, abi: int) -> None:
     except OSError:
         return  # a missing path grants nothing; Landlock resolves rules now, not later
     try:
-        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
             rights &= _FILE_RIGHTS
         syscalls.landlock_add_rule(
             ruleset_fd, _RULE_PATH_BENEATH, _PathBeneathAttr(_rights_for_abi(rights, abi), fd)
@@ -128,36 +131,107 @@ def _allow(ruleset_fd: int, path: str, rights: int, abi: int) -> None:
         os.close(fd)
 
 
-def rules(writable: Iterable[str], readable_paths: Iterable[str] = ()) -> dict[str, int]:
-    """The rules (path → rights): reads beneath the system's and the given readable paths, reads
-    and writes beneath `writable`, nothing beneath a denied path the caller did not name."""
-    writable, readable_paths = list(writable), list(readable_paths)
-    roots: dict[str, int] = dict.fromkeys(readable.read_roots(), _READ_RIGHTS)
+def roots(read: Iterable[str], writable: Iterable[str], readable_paths: Iterable[str]) -> dict[str, int]:
+    """The rights beneath each root, before the deny list: reads beneath `read` and
+    `readable_paths`, reads and writes beneath `writable`."""
+    granted: dict[str, int] = dict.fromkeys(read, _READ_RIGHTS)
     for path in readable_paths:
-        roots[path] = roots.get(path, 0) | _READ_RIGHTS
+        granted[path] = granted.get(path, 0) | _READ_RIGHTS
     for path in writable:
-        roots[path] = roots.get(path, 0) | _READ_RIGHTS | _WRITE_RIGHTS
-    return readable.plan(roots, [*writable, *readable_paths], readable.denied_paths())
+        granted[path] = granted.get(path, 0) | _READ_RIGHTS | _WRITE_RIGHTS
+    return granted
 
 
-def apply_landlock(writable: Iterable[str], *, deny_tcp: bool, readable_paths: Iterable[str] = ()) -> str:
-    """Restrict reads to the system, the interpreter and `readable_paths`, and writes to `writable`
-    (dirs: beneath; files: the file), secrets excepted. Needs no_new_privs first.
+def rules(
+    writable: Iterable[str], readable_paths: Iterable[str] = (), denied: Iterable[str] | None = None
+) -> dict[str, int]:
+    """The rules (path → rights): reads beneath the system's and the given readable paths, reads
+    and writes beneath `writable`, nothing beneath a `denied` path (by default this host's deny
+    list) the caller did not name."""
+    writable, readable_paths = list(writable), list(readable_paths)
+    granted = roots(readable.read_roots(), writable, readable_paths)
+    deny = readable.denied_paths() if denied is None else denied
+    return readable.plan(granted, [*writable, *readable_paths], deny)
 
-    `writable` and `readable_paths` are what the policy names: they may re-open a denied path.
-    Returns a human detail such as "ABI 7, tcp denied, scoped"; raises OSError on failure.
-    """
-    abi = syscalls.landlock_abi()
-    planned = rules(writable, readable_paths)
+
+def build(planned: dict[str, int], abi: int, deny_tcp: bool) -> int:
+    """A new ruleset fd holding `planned`."""
     ruleset_fd = _ruleset(abi, deny_tcp)
     try:
-        for path, rights in planned.items():
-            _allow(ruleset_fd, path, rights, abi)
+        _add(ruleset_fd, planned, abi)
+    except BaseException:
+        os.close(ruleset_fd)
+        raise
+    return ruleset_fd
+
+
+def _add(ruleset_fd: int, planned: dict[str, int], abi: int) -> None:
+    for path, rights in planned.items():
+        _allow(ruleset_fd, path, rights, abi)
+
+
+def release(prepared: PreparedRules | None) -> None:
+    """Close a prepared ruleset's fd; call it once, after the Landlock step, whatever its outcome.
+    No tool may hold it: rules it added would widen nothing already applied, but it is not theirs."""
+    if prepared is not None:
+        with contextlib.suppress(OSError):
+            os.close(prepared.fd)
+
+
+def _finish_prepared(prepared: PreparedRules, private: list[str], named: list[str]) -> int:
+    """Add to the zygote's ruleset what only this worker has: the folders it put on `sys.path`
+    since the fork, what it mounted afresh (its `/proc`) and its `private` writable paths (a rule
+    resolves to the zygote's inode, not to the worker's mount over it); returns the rule count."""
+    planned_path = set(prepared.sys_path)
+    gained = fsconfine.import_roots(p for p in sys.path if p not in planned_path)
+    fresh = [p for p in readable.FRESH_MOUNTS if os.path.lexists(p)]
+    planned = readable.plan(roots([*gained, *fresh], private, ()), named, prepared.denied)
+    _add(prepared.fd, planned, prepared.abi)
+    return prepared.rules + len(planned)
+
+
+def _matches(
+    prepared: PreparedRules, writable: tuple[str, ...], readable_paths: tuple[str, ...], deny_tcp: bool
+) -> bool:
+    """Whether the zygote built `prepared` for these very inputs (a mismatch is planned afresh)."""
+    return (prepared.writable, prepared.readable, prepared.deny_tcp) == (writable, readable_paths, deny_tcp)
+
+
+def apply_landlock(
+    writable: Iterable[str],
+    *,
+    deny_tcp: bool,
+    readable_paths: Iterable[str] = (),
+    private: Iterable[str] = (),
+    prepared: PreparedRules | None = None,
+) -> str:
+    """Restrict reads to the system, the interpreter and `readable_paths`, and writes to `writable`
+    and `private` (dirs: beneath; files: the file), secrets excepted. Needs no_new_privs first.
+
+    `writable` and `readable_paths` are what the policy names: they may re-open a denied path.
+    `private` are writable paths only this worker has (its private tmp dirs). `prepared`, the
+    zygote's rules, is used when it was built for the same `writable`, `readable_paths` and
+    `deny_tcp` (else the rules are planned here); the caller closes it (`release`). Returns a human
+    detail such as "ABI 7, 180 rules, tcp denied, signals scoped"; raises OSError on failure.
+    """
+    writable, readable_paths, private = tuple(writable), tuple(readable_paths), list(private)
+    named = [*writable, *private, *readable_paths]
+    if prepared is not None and _matches(prepared, writable, readable_paths, deny_tcp):
+        count = _finish_prepared(prepared, private, named)
+        syscalls.landlock_restrict_self(prepared.fd)
+        return _detail(prepared.abi, count, deny_tcp, prepared=True)
+    abi = syscalls.landlock_abi()
+    planned = rules([*writable, *private], readable_paths)
+    ruleset_fd = build(planned, abi, deny_tcp)
+    try:
         syscalls.landlock_restrict_self(ruleset_fd)
     finally:
-        with contextlib.suppress(OSError):
-            os.close(ruleset_fd)
-    notes = [f"ABI {abi}", f"{len(planned)} rules"]
+        os.close(ruleset_fd)
+    return _detail(abi, len(planned), deny_tcp, prepared=False)
+
+
+def _detail(abi: int, count: int, deny_tcp: bool, prepared: bool) -> str:
+    notes = [f"ABI {abi}", f"{count} rules" + (" (planned by the zygote)" if prepared else "")]
     if deny_tcp:
         notes.append("tcp denied" if abi >= _NET_MIN_ABI else "tcp not covered (ABI < 4)")
     if abi >= _SCOPE_MIN_ABI:

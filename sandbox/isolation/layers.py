@@ -17,15 +17,16 @@ import errno
 import logging
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from stockade.sandbox.errors import SandboxError
-from stockade.sandbox.isolation import fsconfine, identity, idmap, namespaces
-from stockade.sandbox.isolation.landlock import apply_landlock
+from stockade.sandbox.isolation import fsconfine, identity, idmap, landlock, namespaces
 from stockade.sandbox.isolation.loopback import bring_loopback_up
+from stockade.sandbox.isolation.planner import Planner
 from stockade.sandbox.isolation.seccomp import apply_seccomp, forbid_setid_modes
 from stockade.sandbox.policy import ResourcePolicy
+from stockade.sandbox.wire.protocol import PreparedRules
 
 __all__ = [
     "CGROUP_ENV",
@@ -36,6 +37,7 @@ __all__ = [
     "apply_in_worker",
     "apply_worker_layers",
     "disabled_layers",
+    "prepare_landlock",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,9 +71,9 @@ class LayerUnavailable(SandboxError):
     """A layer that the policy requires cannot be applied on this host."""
 
 
-def disabled_layers() -> frozenset[str]:
-    """Layers turned off through STOCKADE_DISABLE_LAYERS."""
-    raw = os.environ.get(DISABLE_ENV, "")
+def disabled_layers(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Layers turned off through STOCKADE_DISABLE_LAYERS (in `env`, by default this process's)."""
+    raw = (os.environ if env is None else env).get(DISABLE_ENV, "")
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
@@ -188,12 +190,36 @@ def _drop_userns_capabilities(run: _Run) -> None:
         log.warning("capability_drop_failed error=%s", exc)
 
 
-def _landlock_step(policy: ResourcePolicy, writable: list[str], mountns_on: bool) -> Callable[[], str]:
+def _landlock_inputs(policy: ResourcePolicy, workdir: Path) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """(writable, readable, deny_tcp) of a worker's Landlock rules, as the policy names them."""
+    writable = (str(workdir), *policy.writable_paths, *WRITABLE_DEVICES)
+    return writable, tuple(policy.read_only_paths), policy.network == "none"
+
+
+def prepare_landlock(
+    planner: Planner, policy: ResourcePolicy, workdir: Path, env: Mapping[str, str]
+) -> PreparedRules | None:
+    """In the zygote, for the worker it forks next (started with `env`): its Landlock rules (see
+    `planner`). None where the layer is off or unavailable: the worker then decides, and reports,
+    on its own."""
+    if "landlock" in disabled_layers(env):
+        return None
+    writable, readable_paths, deny_tcp = _landlock_inputs(policy, workdir)
+    try:
+        return planner.prepare(writable, deny_tcp=deny_tcp, readable_paths=readable_paths)
+    except OSError as exc:
+        log.debug("landlock_not_prepared error=%s", exc)
+        return None
+
+
+def _landlock_step(
+    policy: ResourcePolicy, workdir: Path, mountns_on: bool, prepared: PreparedRules | None
+) -> Callable[[], str]:
     # The tmp directories are private tmpfs only under mountns; otherwise they are the host's.
-    tmp = list(fsconfine.PRIVATE_TMP_DIRS) if mountns_on else []
-    paths = [*writable, *tmp, *WRITABLE_DEVICES]
-    return lambda: apply_landlock(
-        paths, deny_tcp=policy.network == "none", readable_paths=policy.read_only_paths
+    private = list(fsconfine.PRIVATE_TMP_DIRS) if mountns_on else []
+    writable, readable_paths, deny_tcp = _landlock_inputs(policy, workdir)
+    return lambda: landlock.apply_landlock(
+        writable, deny_tcp=deny_tcp, readable_paths=readable_paths, private=private, prepared=prepared
     )
 
 
@@ -208,8 +234,11 @@ def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Call
     return lambda: fsconfine.confine_filesystem(view)
 
 
-def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collection[str]) -> dict[str, str]:
-    """Apply every worker layer in order; returns the per-layer report."""
+def apply_worker_layers(
+    policy: ResourcePolicy, workdir: Path, disabled: Collection[str], prepared: PreparedRules | None = None
+) -> dict[str, str]:
+    """Apply every worker layer in order (`prepared`: the zygote's Landlock rules, if it built
+    them; the caller closes it); returns the per-layer report."""
     root = os.geteuid() == 0
     writable = [str(workdir), *policy.writable_paths]
     if os.environ.get(SUBREAPER_ENV) == "1":
@@ -239,7 +268,7 @@ def apply_worker_layers(policy: ResourcePolicy, workdir: Path, disabled: Collect
     uid_on = run.step("uid", _uid_step(mountns_on, owned) if root else _needs_root)
     run.step("keyring", lambda: namespaces.join_fresh_keyring(clear_user_keyrings=uid_on))
     run.step("no_new_privs", _no_new_privs)
-    run.step("landlock", _landlock_step(policy, writable, mountns_on))
+    run.step("landlock", _landlock_step(policy, workdir, mountns_on, prepared))
     # Keep last: any step added above may need the syscalls it refuses.
     run.step("seccomp", apply_seccomp, None if run.report["no_new_privs"] == ON else "needs no_new_privs")
     return run.report
@@ -254,11 +283,18 @@ def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> Non
         raise LayerUnavailable("; ".join(parts))
 
 
-def apply_in_worker(policy: ResourcePolicy, workdir: Path) -> dict[str, str]:
-    """Apply the worker-side layers; raises LayerUnavailable if a required one is not on."""
+def apply_in_worker(
+    policy: ResourcePolicy, workdir: Path, prepared: PreparedRules | None = None
+) -> dict[str, str]:
+    """Apply the worker-side layers (`prepared`: see `prepare_landlock`; closed here, whatever
+    happens); raises LayerUnavailable if a required one is not on."""
     parent = {"rlimits": ON, "setsid": ON, "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
     parent["tree_kill"] = ON
-    report = {**parent, **apply_worker_layers(policy, workdir, disabled_layers())}
+    try:
+        layers = apply_worker_layers(policy, workdir, disabled_layers(), prepared)
+    finally:
+        landlock.release(prepared)  # Once only: its number may be reused by the next open.
+    report = {**parent, **layers}
     _refuse_if_missing(policy.require_layers, report)
     log.info("worker_layers %s", " ".join(f"{k}={v.split(':')[0]}" for k, v in report.items()))
     return report

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from stockade.sandbox.isolation.fsconfine import interpreter_paths
 from stockade.sandbox.paths import within_any
 
-__all__ = ["HOME_SECRETS", "SYSTEM_READ", "denied_paths", "plan", "read_roots"]
+__all__ = ["FRESH_MOUNTS", "HOME_SECRETS", "SYSTEM_READ", "denied_paths", "plan", "read_roots"]
 
 SYSTEM_READ = (
     "/usr",
@@ -43,6 +43,8 @@ SYSTEM_READ = (
     "/sys/fs/cgroup",  # runtimes size themselves from their cgroup limits (writes stay denied)
     "/run/systemd/resolve",  # where /etc/resolv.conf points on systemd hosts
 )
+FRESH_MOUNTS = ("/proc",)
+"""The read roots a worker may mount afresh in its own mount namespace (its PID namespace's `/proc`)."""
 HOME_SECRETS = (
     ".ssh",
     ".aws",

@@ -25,6 +25,7 @@ __all__ = [
     "DescribeTools",
     "Described",
     "FromWorker",
+    "PreparedRules",
     "Ready",
     "Refused",
     "RunTool",
@@ -57,6 +58,22 @@ class ToolInfo(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ref: str
 
 
+class PreparedRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A Landlock ruleset the zygote built for one worker just before forking it (`fd`, inherited):
+    its rules cover the system, the import path the zygote had (`sys_path`), and the worker's
+    `writable` and `readable` paths, none a `denied` path. The worker adds rules only for what it
+    alone has (import folders it gained, its private tmp dirs), restricts itself, closes `fd`."""
+
+    fd: int
+    abi: int
+    rules: int
+    sys_path: tuple[str, ...]
+    writable: tuple[str, ...]
+    readable: tuple[str, ...]
+    deny_tcp: bool
+    denied: tuple[str, ...]
+
+
 class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How a worker starts (JSON in its argv): its policy, pipe fds, workdir and memory fallback."""
 
@@ -73,6 +90,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Whether the worker measures each call's own peak RSS (VmHWM, reset per call). Off when the
     supervisor's cgroup measures the call's peak for the whole tree (its figure replaces the
     worker's): the worker then reports its lifetime peak, read with its CPU, for a failed read."""
+    landlock_rules: PreparedRules | None = None
+    """Set by the zygote: the worker's Landlock rules, planned before the fork (~5 ms less per start)."""
 
 
 # Supervisor → worker

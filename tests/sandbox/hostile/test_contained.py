@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from stockade.sandbox import CallRequest, Sandbox
+from stockade.sandbox.isolation.cage import probe
 
 from .. import isolation_harness
 from .. import sbx_testkit as kit
@@ -107,6 +109,21 @@ def test_planting_code_where_a_later_import_would_run_it() -> None:
     after = {t: t.read_bytes() if t.exists() else None for t in targets}
     assert escaped(results) == {}
     assert after == before
+
+
+@pytest.mark.parametrize("calls_per_worker", [1, 100])
+def test_no_fd_the_zygote_held_while_forking_reaches_a_tool(calls_per_worker: int) -> None:
+    """The zygote builds each worker's Landlock ruleset: the worker must have closed it (and every
+    folder opened for a rule) before any tool runs, in a fresh and in a pooled worker alike."""
+    policy = msgspec.structs.replace(kit.POLICY, max_calls_per_worker=calls_per_worker)
+
+    async def scenario(sandbox: Sandbox) -> None:
+        for _ in range(2):
+            assert await attempts(sandbox, [("inherited_fds", "")]) == ["blocked: no ruleset or folder fd"]
+        if probe()["landlock"].available:
+            assert sandbox.report()["landlock"] == "on"
+
+    kit.in_sandbox(scenario, default=policy)
 
 
 def test_sockets_tcp_udp_raw_packet() -> None:

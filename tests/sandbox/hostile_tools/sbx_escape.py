@@ -347,6 +347,23 @@ def raw_connect(port: str) -> str:
     return f"ESCAPED: {results}" if "tcp connected" in results else f"blocked: {results}"
 
 
+def inherited_fds(_: str) -> str:
+    """Look through our open fds for what the zygote held while forking us: a Landlock ruleset (to
+    which rules could be added) or a folder opened to make a rule."""
+    found = []
+    listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in os.listdir(listing):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{name}")
+                folder = int(name) != listing and target.startswith("/") and os.path.isdir(target)
+                if "landlock" in target or folder:
+                    found.append(f"{name} -> {target}")
+    finally:
+        os.close(listing)
+    return f"ESCAPED: {', '.join(found)}" if found else "blocked: no ruleset or folder fd"
+
+
 ATTACKS: dict[str, Callable[[str], str]] = {
     "ptrace_child": ptrace_child,
     "ptrace_target": ptrace_target,
@@ -390,6 +407,7 @@ ATTACKS: dict[str, Callable[[str], str]] = {
     "link_read": link_read,
     "setuid_binary": setuid_binary,
     "raw_connect": raw_connect,
+    "inherited_fds": inherited_fds,
 }
 _NAMES = list(ATTACKS)
 SECCOMP_ATTACKS = tuple(name for name in _NAMES[: _NAMES.index("socket_key") + 1] if name != "ptrace_target")

@@ -4,8 +4,10 @@ where a policy allows their home, unless it names the exact path."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,10 @@ from typing import Any
 import msgspec
 import pytest
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox
-from stockade.sandbox.isolation import landlock, readable
+from stockade.sandbox.isolation import landlock, namespaces, readable
+from stockade.sandbox.isolation import planner as planner_module
+from stockade.sandbox.isolation.planner import Planner
+from stockade.sandbox.wire.protocol import PreparedRules
 
 from .. import sbx_testkit as kit
 from .. import unpriv_harness
@@ -152,3 +157,92 @@ def test_no_default_rule_covers_a_home_secret() -> None:
     denied = readable.denied_paths()
     for path in rules:
         assert not any(d == path or d.startswith(path.rstrip("/") + "/") for d in denied), path
+
+
+def _confined_child(
+    prepared: PreparedRules, writable: tuple[str, ...], gained: str, probes: list[str]
+) -> list[str]:
+    """Fork; the child puts `gained` on its import path, applies Landlock from the zygote-style
+    `prepared` rules for `writable`, and tries each probe ("read:<path>" or "write:<path>")."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        results = []
+        try:
+            os.close(read_end)
+            sys.path.append(gained)
+            namespaces.forbid_new_privileges()
+            landlock.apply_landlock(writable, deny_tcp=False, prepared=prepared)
+            for probe in probes:
+                kind, path = probe.split(":", 1)
+                try:
+                    if kind == "read":
+                        Path(path).read_bytes()
+                    else:
+                        Path(path).write_text("x")
+                    results.append("ok")
+                except OSError as exc:
+                    results.append(errno.errorcode[exc.errno or 0])
+        finally:
+            os.write(write_end, json.dumps(results).encode())
+            os._exit(0)
+    os.close(write_end)
+    landlock.release(prepared)  # The child has its own copy: the zygote closes its one after the fork.
+    with os.fdopen(read_end, "rb") as pipe:
+        out: list[str] = json.loads(pipe.read() or b"[]")
+    os.waitpid(pid, 0)
+    return out
+
+
+def test_rules_planned_before_the_fork_keep_the_secrets_of_an_import_folder_the_worker_gained(
+    user: Any, tmp_path: Path
+) -> None:
+    """A worker forked by the zygote adds rules for the folders it put on `sys.path` since the fork
+    (here a home, as a PYTHONPATH naming it would): the zygote's deny list still holds beneath them."""
+    home = str(user.home)
+    prepared = Planner().prepare((str(tmp_path),), deny_tcp=False)
+    got = _confined_child(
+        prepared,
+        (str(tmp_path),),
+        home,
+        [
+            f"read:{home}/.ssh/id_rsa",
+            f"read:{home}/.aws/credentials",
+            f"read:{home}/notes.txt",
+            f"write:{tmp_path}/f",
+        ],
+    )
+    assert got == ["EACCES", "EACCES", "ok", "ok"]
+
+
+def test_rules_planned_for_other_paths_are_not_used(tmp_path: Path) -> None:
+    """Rules the zygote planned for another policy's paths are discarded: the worker plans its own."""
+    planned_for, own = tmp_path / "a", tmp_path / "b"
+    planned_for.mkdir()
+    own.mkdir()
+    prepared = Planner().prepare((str(planned_for),), deny_tcp=False)
+    got = _confined_child(prepared, (str(own),), str(own), [f"write:{planned_for}/f", f"write:{own}/f"])
+    assert got == ["EACCES", "ok"]
+
+
+def test_a_plan_serves_later_forks_only_for_a_moment(user: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote reuses a plan for forks within `REUSE_S` of its making; after that it plans anew,
+    seeing what changed (here a folder next to a denied path, which gains a rule of its own)."""
+    home, folder = str(user.home), user.home / ".docker"
+    planner = Planner()
+
+    def count() -> int:
+        prepared = planner.prepare((), deny_tcp=False, readable_paths=(home,))
+        landlock.release(prepared)
+        return prepared.rules
+
+    before = count()
+    folder.mkdir()
+    try:
+        (folder / "other").write_text("x")
+        assert count() == before  # reused: a worker forked now is as old as a warm one of 1 s
+        monkeypatch.setattr(planner_module, "REUSE_S", 0.0)
+        assert count() == before + 1
+    finally:
+        (folder / "other").unlink()
+        folder.rmdir()
