@@ -70,6 +70,7 @@ async def _catalogue(d: Driver, bombs: Sandbox) -> None:
     await d.attempt("key_hunt_proc", "key_hunt_proc", canary)
     await d.attempt("key_hunt_files", "key_hunt_files", canary)
     await d.attempt("loopback", "raw_connect", str(d.setup["port"]))
+    await d.attempt("inherited_fds", "inherited_fds")
     await d.attempt("signal0_supervisor", "signal_target", me)
     await d.run("sigusr1_supervisor", "isolation_tools:signal_pid", "signal_pid", pid=os.getpid())
     await d.attempt("ptrace_supervisor", "ptrace_target", me)
