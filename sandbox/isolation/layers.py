@@ -1,9 +1,10 @@
 """The worker-side layers, applied in order inside the worker before any tool code is imported.
 
 Order matters. As non-root, a user namespace comes first (it maps the user's own uid and gives the
-capabilities the other namespaces need inside it). Then the PID namespace (the worker forks: it
-becomes pid 2 under a tiny init, and must already be in its cgroup), the IPC namespace, the network
-and mount namespaces (the mount namespace mounts the PID namespace's own `/proc`); then the uid drop
+capabilities the other namespaces need inside it). Then the IPC and network namespaces (they fork
+nothing, so they go while the supervisor is still moving the worker into its cgroup), the PID
+namespace (the worker forks: it becomes pid 2 under a tiny init, and must already be in its
+cgroup), the mount namespace (it mounts the PID namespace's own `/proc`); then the uid drop
 (root only; it also drops every capability), a fresh keyring (after the drop, so it is the slot uid's),
 no_new_privs, which Landlock needs as a non-root caller; Landlock after the final mount layout,
 because its path rules resolve when they are added; seccomp last of all, just before tool modules are
@@ -51,9 +52,9 @@ MARKER_ENV = "STOCKADE_WORKER_ID"
 """The worker id (as in `tree.MARKER_ENV`); its cgroup's name carries it."""
 WORKER_LAYERS = (
     "userns",
-    "pidns",
     "ipcns",
     "netns",
+    "pidns",
     "mountns",
     "uid",
     "keyring",
@@ -250,12 +251,14 @@ def apply_worker_layers(
     mappings = _owner_mappings(policy, writable) if idmapped else {}
     userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
     privileged = root or userns_on
-    run.step("pidns", _pidns if privileged else _needs_privilege)
+    # Before the PID namespace, which waits for the supervisor's move into the cgroup: these two
+    # fork nothing, so they need not be inside it, and they overlap the move instead of following it.
     run.step("ipcns", namespaces.enter_ipcns if privileged else _needs_privilege)
     private_net = policy.network in ("none", "allowlist")
     loopback = policy.network == "allowlist"
     netns_off = None if private_net else f"network={policy.network}"
     run.step("netns", lambda: _netns(privileged, loopback), netns_off)
+    run.step("pidns", _pidns if privileged else _needs_privilege)
     pidns_on = run.report["pidns"] == ON
     confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
     mountns_on = run.step("mountns", confine)
