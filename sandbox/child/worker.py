@@ -267,7 +267,9 @@ def _start(config: WorkerConfig) -> dict[str, str] | str:
     # Before confinement, which keeps every folder on sys.path reachable.
     sys.path.extend(safe_import_paths(config.import_paths, config.policy, config.workdir))
     try:
-        report = isolation.apply_in_worker(config.policy, Path(config.workdir), config.landlock_rules)
+        report = isolation.apply_in_worker(
+            config.policy, Path(config.workdir), config.landlock_rules, config.idmaps
+        )
     except isolation.LayerUnavailable as exc:
         return str(exc)
     return _start_egress(config.policy.network, report)

@@ -41,10 +41,11 @@ from pathlib import Path
 
 import msgspec
 from stockade.sandbox.isolation import tree
-from stockade.sandbox.isolation.layers import prepare_landlock
+from stockade.sandbox.isolation.idmap import MappingCache
+from stockade.sandbox.isolation.layers import prepare_idmaps, prepare_landlock
 from stockade.sandbox.isolation.planner import Planner
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.wire.protocol import PreparedRules
+from stockade.sandbox.wire.protocol import PreparedMapping, PreparedRules
 from stockade.sandbox.wire.zygote import (
     FDS_PER_FORK,
     MESSAGE_BYTES,
@@ -68,6 +69,8 @@ _PRELOAD_TRIED: set[str] = set()
 """Modules a fork request asked to preload, imported or not: each is tried once."""
 _PLANNER = Planner()
 """The Landlock plans of the workers forked so far, reused for a moment (see `planner`)."""
+_MAPPINGS = MappingCache()
+"""The user namespaces that idmap workers' folders onto their slot uids (root only)."""
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
 
@@ -122,9 +125,8 @@ def _become_worker(request: ForkRequest, fds: list[int], config: dict[str, objec
         os.dup2(null, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
-        rules = config.get("landlock_rules")
-        ruleset = {rules["fd"]} if isinstance(rules, dict) else set()
-        _close_all_but({0, 1, 2, req_r, rep_w, *ruleset})  # The worker closes the ruleset once caged.
+        # The worker closes the ruleset and the mappings before any tool runs.
+        _close_all_but({0, 1, 2, req_r, rep_w, *_prepared_fds(config)})
         _adopt_env(request.env, request.markers)
         os.chdir(request.cwd)
         config.update(request_fd=req_r, reply_fd=rep_w)
@@ -144,14 +146,24 @@ def _become_worker(request: ForkRequest, fds: list[int], config: dict[str, objec
         os._exit(code)
 
 
-def _prepared_rules(config: dict[str, object], env: dict[str, str]) -> PreparedRules | None:
-    """The worker's Landlock rules, built here before the fork (see `layers.prepare_landlock`);
-    None if the config is not one this zygote can plan for (the worker then plans them itself)."""
+def _prepare(
+    config: dict[str, object], env: dict[str, str]
+) -> tuple[PreparedRules | None, tuple[PreparedMapping, ...]]:
+    """The worker's Landlock rules and idmaps, made here before the fork (see `layers`); none if
+    the config is not one this zygote can prepare for (the worker then makes them itself)."""
     try:
         policy = msgspec.convert(config["policy"], ResourcePolicy)
-        return prepare_landlock(_PLANNER, policy, Path(str(config["workdir"])), env)
+        workdir = Path(str(config["workdir"]))
     except (KeyError, ValueError, msgspec.ValidationError):
-        return None
+        return None, ()
+    return prepare_landlock(_PLANNER, policy, workdir, env), prepare_idmaps(_MAPPINGS, policy, workdir, env)
+
+
+def _prepared_fds(config: dict[str, object]) -> set[int]:
+    """The fds of what `_prepare` made, as `_fork` put it in the worker's config."""
+    rules, idmaps = config.get("landlock_rules"), config.get("idmaps")
+    fds = {rules["fd"]} if isinstance(rules, dict) else set()
+    return fds | {m["fd"] for m in idmaps} if isinstance(idmaps, (list, tuple)) else fds
 
 
 def _installed_roots() -> tuple[str, ...]:
@@ -191,9 +203,11 @@ def _preload(modules: tuple[str, ...], tried: set[str]) -> None:
 def _fork(request: ForkRequest, fds: list[int]) -> int:
     """Fork the worker as our child, its Landlock rules planned first; returns its pid."""
     config = msgspec.json.decode(request.config, type=dict[str, object])
-    prepared = _prepared_rules(config, request.env)
+    prepared, idmaps = _prepare(config, request.env)
     if prepared is not None:
         config["landlock_rules"] = msgspec.to_builtins(prepared)
+    if idmaps:  # The cache keeps its fds: the worker closes its own copies.
+        config["idmaps"] = msgspec.to_builtins(idmaps)
     gc.freeze()
     try:
         pid = os.fork()

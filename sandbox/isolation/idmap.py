@@ -21,7 +21,7 @@ import ctypes
 import os
 import signal
 
-__all__ = ["idmap_onto_itself", "owner_mapping"]
+__all__ = ["MappingCache", "idmap_onto_itself", "owner_mapping"]
 
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
@@ -96,6 +96,30 @@ def owner_mapping(path: str, uid: int, gid: int) -> int:
     turns /proc read-only (its maps are written through /proc)."""
     info = os.stat(path)
     return _userns_fd(info.st_uid, info.st_gid, uid, gid)
+
+
+class MappingCache:
+    """The zygote's user namespaces for idmaps, by (owner uid, owner gid, slot uid): making one forks
+    a helper (~4 ms of a worker's start), and slot uids come back as workers end, so the same
+    mapping serves many workers. A mapping only says which uid stands for which: it grants nothing
+    to whoever holds its fd, and a worker closes its copy before any tool runs."""
+
+    KEPT = 32
+    """Mappings kept at most (each is an fd and a namespace)."""
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, int, int], int] = {}
+
+    def get(self, owner_uid: int, owner_gid: int, uid: int) -> int:
+        """The user namespace fd mapping the owner to `uid` (the gid too); stays the cache's."""
+        key = (owner_uid, owner_gid, uid)
+        fd = self._fds.pop(key, None)
+        if fd is None:
+            fd = _userns_fd(owner_uid, owner_gid, uid, uid)
+        self._fds[key] = fd  # Now the most recently used.
+        while len(self._fds) > self.KEPT:
+            os.close(self._fds.pop(next(iter(self._fds))))
+        return fd
 
 
 def idmap_onto_itself(path: str, userns: int) -> str:

@@ -22,12 +22,12 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from stockade.sandbox.errors import SandboxError
-from stockade.sandbox.isolation import fsconfine, identity, idmap, landlock, namespaces
+from stockade.sandbox.isolation import fsconfine, identity, idmap, landlock, namespaces, owners
 from stockade.sandbox.isolation.loopback import bring_loopback_up
 from stockade.sandbox.isolation.planner import Planner
-from stockade.sandbox.isolation.seccomp import apply_seccomp, forbid_setid_modes
+from stockade.sandbox.isolation.seccomp import apply_seccomp
 from stockade.sandbox.policy import ResourcePolicy
-from stockade.sandbox.wire.protocol import PreparedRules
+from stockade.sandbox.wire.protocol import PreparedMapping, PreparedRules
 
 __all__ = [
     "CGROUP_ENV",
@@ -38,6 +38,7 @@ __all__ = [
     "apply_in_worker",
     "apply_worker_layers",
     "disabled_layers",
+    "prepare_idmaps",
     "prepare_landlock",
 ]
 
@@ -112,8 +113,7 @@ def _uid_step(mountns_on: bool, owned: list[str]) -> Callable[[], str]:
     def drop() -> str:
         if not mountns_on and not identity.traversable_by_others(sys.base_prefix):
             raise OSError(0, f"interpreter {sys.base_prefix} unreachable by other uids without mountns")
-        uid = int(os.environ.get(UID_ENV, identity.NOBODY_UID))
-        return identity.drop_to(uid, owned)
+        return identity.drop_to(_slot_uid(os.environ), owned)
 
     return drop
 
@@ -122,44 +122,25 @@ def _needs_privilege() -> str:
     raise OSError(errno.EPERM, f"needs root or a user namespace (running as uid {os.getuid()})")
 
 
-def _owner_mappings(policy: ResourcePolicy, writable: list[str]) -> dict[str, int | OSError]:
-    """For each writable folder (the workdir, `writable_paths`): a user namespace fd mapping its
-    owner to the slot uid, or why there is none. Made while /proc is still writable. A temporary
-    workdir is idmapped too: the sandbox shares it between the workers of a policy (their uids
-    differ), and its files, stored as the supervisor's, go when the sandbox closes."""
-    users = writable
-    uid = int(os.environ.get(UID_ENV, identity.NOBODY_UID))
-    mappings: dict[str, int | OSError] = {}
-    for path in users:
-        try:
-            mappings[path] = idmap.owner_mapping(path, uid, uid)
-        except OSError as exc:
-            mappings[path] = exc
-    return mappings
+def _writable(policy: ResourcePolicy, workdir: Path) -> list[str]:
+    """The folders a worker writes: its workdir and the policy's `writable_paths`."""
+    return [str(workdir), *policy.writable_paths]
 
 
-def _owned_paths(writable: list[str], mappings: dict[str, int | OSError], mountns_on: bool) -> list[str]:
-    """The paths to chown to the slot uid: a folder only where it cannot be idmapped (no mount
-    namespace); an idmapped folder keeps its owner and modes."""
-    owned = [path for path in writable if path not in mappings]
-    blocked: OSError | None = None if mountns_on else OSError(errno.EPERM, "no mount namespace")
-    if blocked is None and any(isinstance(m, int) for m in mappings.values()):
-        try:  # Before any idmap: no set-ID file may ever be stored as the folder's owner.
-            forbid_setid_modes()
-        except OSError as exc:
-            blocked = exc
-    for path, mapping in mappings.items():
-        try:
-            if isinstance(mapping, OSError):
-                raise mapping
-            if blocked is not None:
-                os.close(mapping)
-                raise blocked
-            idmap.idmap_onto_itself(path, mapping)
-        except OSError as exc:
-            log.warning("idmap_unavailable path=%s error=%s (chowned to the slot uid)", path, exc)
-            owned.append(path)
-    return owned
+def prepare_idmaps(
+    cache: idmap.MappingCache, policy: ResourcePolicy, workdir: Path, env: Mapping[str, str]
+) -> tuple[PreparedMapping, ...]:
+    """In the zygote, for the worker it forks next (started with `env`): the user namespaces that
+    idmap its writable folders onto its slot uid (see `owners.prepare`). None unless root with the
+    uid layer on."""
+    if os.geteuid() != 0 or "uid" in disabled_layers(env):
+        return ()
+    return owners.prepare(cache, _writable(policy, workdir), _slot_uid(env))
+
+
+def _slot_uid(env: Mapping[str, str]) -> int:
+    """The slot uid the supervisor gave the worker (as root), nobody's if none."""
+    return int(env.get(UID_ENV, identity.NOBODY_UID))
 
 
 def _needs_root() -> str:
@@ -193,7 +174,7 @@ def _drop_userns_capabilities(run: _Run) -> None:
 
 def _landlock_inputs(policy: ResourcePolicy, workdir: Path) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
     """(writable, readable, deny_tcp) of a worker's Landlock rules, as the policy names them."""
-    writable = (str(workdir), *policy.writable_paths, *WRITABLE_DEVICES)
+    writable = (*_writable(policy, workdir), *WRITABLE_DEVICES)
     return writable, tuple(policy.read_only_paths), policy.network == "none"
 
 
@@ -236,19 +217,26 @@ def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Call
 
 
 def apply_worker_layers(
-    policy: ResourcePolicy, workdir: Path, disabled: Collection[str], prepared: PreparedRules | None = None
+    policy: ResourcePolicy,
+    workdir: Path,
+    disabled: Collection[str],
+    prepared: PreparedRules | None = None,
+    idmaps: tuple[PreparedMapping, ...] = (),
 ) -> dict[str, str]:
     """Apply every worker layer in order (`prepared`: the zygote's Landlock rules, if it built
-    them; the caller closes it); returns the per-layer report."""
+    them, which the caller closes; `idmaps`: its mappings, closed here); returns the report."""
     root = os.geteuid() == 0
-    writable = [str(workdir), *policy.writable_paths]
+    ready = owners.take(idmaps, _slot_uid(os.environ))
+    writable = _writable(policy, workdir)
     if os.environ.get(SUBREAPER_ENV) == "1":
         # Without a cgroup, orphaned grandchildren must stay findable as our descendants.
         namespaces.make_subreaper()
     run = _Run(disabled)
     idmapped = root and "uid" not in disabled
     # Before the PID namespace: the mappings' helper processes are named in this /proc by their pids.
-    mappings = _owner_mappings(policy, writable) if idmapped else {}
+    mappings = owners.mappings(writable, ready, _slot_uid(os.environ)) if idmapped else {}
+    for fd in ready.values():  # Left over only where idmaps are off here.
+        os.close(fd)
     userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
     privileged = root or userns_on
     # Before the PID namespace, which waits for the supervisor's move into the cgroup: these two
@@ -264,7 +252,7 @@ def apply_worker_layers(
     mountns_on = run.step("mountns", confine)
     owned = writable
     if idmapped:
-        owned = _owned_paths(writable, mappings, mountns_on)
+        owned = owners.owned_paths(writable, mappings, mountns_on)
         os.chdir(workdir)  # An idmapped workdir is a new mount: the old cwd is the one below it.
     if userns_on:
         _drop_userns_capabilities(run)
@@ -287,14 +275,17 @@ def _refuse_if_missing(required: tuple[str, ...], report: dict[str, str]) -> Non
 
 
 def apply_in_worker(
-    policy: ResourcePolicy, workdir: Path, prepared: PreparedRules | None = None
+    policy: ResourcePolicy,
+    workdir: Path,
+    prepared: PreparedRules | None = None,
+    idmaps: tuple[PreparedMapping, ...] = (),
 ) -> dict[str, str]:
-    """Apply the worker-side layers (`prepared`: see `prepare_landlock`; closed here, whatever
-    happens); raises LayerUnavailable if a required one is not on."""
+    """Apply the worker-side layers (`prepared`, `idmaps`: see `prepare_landlock`, `prepare_idmaps`;
+    closed here, whatever happens); raises LayerUnavailable if a required one is not on."""
     parent = {"rlimits": ON, "setsid": ON, "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
     parent["tree_kill"] = ON
     try:
-        layers = apply_worker_layers(policy, workdir, disabled_layers(), prepared)
+        layers = apply_worker_layers(policy, workdir, disabled_layers(), prepared, idmaps)
     finally:
         landlock.release(prepared)  # Once only: its number may be reused by the next open.
     report = {**parent, **layers}

@@ -25,6 +25,7 @@ __all__ = [
     "DescribeTools",
     "Described",
     "FromWorker",
+    "PreparedMapping",
     "PreparedRules",
     "Ready",
     "Refused",
@@ -74,6 +75,18 @@ class PreparedRules(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     denied: tuple[str, ...]
 
 
+class PreparedMapping(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A user namespace (`fd`, inherited) the zygote made or kept for idmapping `path`, as owned by
+    `owner_uid`/`owner_gid` when it looked, onto the slot uid `uid`. The worker uses it only if
+    the path still has that owner and its slot uid is `uid`; it closes `fd` in any case."""
+
+    path: str
+    owner_uid: int
+    owner_gid: int
+    uid: int
+    fd: int
+
+
 class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How a worker starts (JSON in its argv): its policy, pipe fds, workdir and memory fallback."""
 
@@ -92,6 +105,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     worker's): the worker then reports its lifetime peak, read with its CPU, for a failed read."""
     landlock_rules: PreparedRules | None = None
     """Set by the zygote: the worker's Landlock rules, planned before the fork (~5 ms less per start)."""
+    idmaps: tuple[PreparedMapping, ...] = ()
+    """Set by the zygote: the user namespaces for idmapping the writable folders (~4 ms less per start)."""
 
 
 # Supervisor → worker

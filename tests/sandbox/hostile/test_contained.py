@@ -119,7 +119,9 @@ def test_no_fd_the_zygote_held_while_forking_reaches_a_tool(calls_per_worker: in
 
     async def scenario(sandbox: Sandbox) -> None:
         for _ in range(2):
-            assert await attempts(sandbox, [("inherited_fds", "")]) == ["blocked: no ruleset or folder fd"]
+            assert await attempts(sandbox, [("inherited_fds", "")]) == [
+                "blocked: no ruleset, namespace or folder fd"
+            ]
         if probe()["landlock"].available:
             assert sandbox.report()["landlock"] == "on"
 

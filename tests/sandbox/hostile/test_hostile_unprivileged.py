@@ -107,7 +107,7 @@ def test_api_key_found_in_no_process_or_file(run: dict[str, Any], key: str) -> N
 
 
 def test_no_fd_the_zygote_held_reaches_a_tool(run: dict[str, Any]) -> None:
-    assert run["inherited_fds"]["text"] == "blocked: no ruleset or folder fd", run["inherited_fds"]
+    assert run["inherited_fds"]["text"] == "blocked: no ruleset, namespace or folder fd", run["inherited_fds"]
 
 
 def test_host_loopback_unreachable(run: dict[str, Any]) -> None:

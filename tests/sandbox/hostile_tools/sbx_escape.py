@@ -349,7 +349,7 @@ def raw_connect(port: str) -> str:
 
 def inherited_fds(_: str) -> str:
     """Look through our open fds for what the zygote held while forking us: a Landlock ruleset (to
-    which rules could be added) or a folder opened to make a rule."""
+    which rules could be added), a user namespace made for an idmap, or a folder opened for a rule."""
     found = []
     listing = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -357,11 +357,11 @@ def inherited_fds(_: str) -> str:
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/self/fd/{name}")
                 folder = int(name) != listing and target.startswith("/") and os.path.isdir(target)
-                if "landlock" in target or folder:
+                if "landlock" in target or target.startswith("user:[") or folder:
                     found.append(f"{name} -> {target}")
     finally:
         os.close(listing)
-    return f"ESCAPED: {', '.join(found)}" if found else "blocked: no ruleset or folder fd"
+    return f"ESCAPED: {', '.join(found)}" if found else "blocked: no ruleset, namespace or folder fd"
 
 
 ATTACKS: dict[str, Callable[[str], str]] = {
