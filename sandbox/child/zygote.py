@@ -200,8 +200,9 @@ def _preload(modules: tuple[str, ...], tried: set[str]) -> None:
             traceback.print_exc()
 
 
-def _fork(request: ForkRequest, fds: list[int]) -> int:
-    """Fork the worker as our child, its Landlock rules planned first; returns its pid."""
+def _fork(request: ForkRequest, fds: list[int]) -> tuple[int, int]:
+    """Fork the worker as our child, its Landlock rules planned first; returns its pid and a pidfd
+    (opened before we could reap it, so it can never name another process)."""
     config = msgspec.json.decode(request.config, type=dict[str, object])
     prepared, idmaps = _prepare(config, request.env)
     if prepared is not None:
@@ -216,7 +217,11 @@ def _fork(request: ForkRequest, fds: list[int]) -> int:
     finally:
         if prepared is not None:
             os.close(prepared.fd)
-    return pid
+    try:
+        return pid, os.pidfd_open(pid)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)  # Unreaped, so still ours: a worker nobody could watch.
+        raise
 
 
 def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
@@ -225,21 +230,30 @@ def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
     if not message:
         return False
     seq = 0
+    pidfds: list[int] = []
     try:
         request = _requests.decode(message)
         seq = request.seq
         if len(fds) != FDS_PER_FORK:
             raise ValueError(f"expected {FDS_PER_FORK} fds, got {len(fds)}")
         _preload(request.preload, _PRELOAD_TRIED)
-        pid = _fork(request, fds)
+        pid, pidfd = _fork(request, fds)
         workers.add(pid)
+        pidfds.append(pidfd)
         reply: Forked | ForkFailed = Forked(seq=seq, pid=pid)
     except (OSError, ValueError, msgspec.DecodeError) as exc:
         reply = ForkFailed(seq=seq, message=f"{type(exc).__name__}: {exc}")
     finally:
         for fd in fds:
             os.close(fd)
-    sock.send(_encoder.encode(reply))
+    try:  # The supervisor signals the worker through its pidfd, never by its pid.
+        if pidfds:
+            socket.send_fds(sock, [_encoder.encode(reply)], pidfds)
+        else:
+            sock.send(_encoder.encode(reply))
+    finally:
+        for fd in pidfds:
+            os.close(fd)
     return True
 
 

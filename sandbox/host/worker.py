@@ -235,7 +235,6 @@ class WorkerProcess:
         # a thread while the worker applies its own layers. No request is sent before it is done.
         attach = asyncio.ensure_future(asyncio.to_thread(self.cage.attach, self.pid))
         self.exited: asyncio.Future[int | None] = loop.create_future()
-        self._pidfd = os.pidfd_open(self.pid)
         loop.add_reader(self._pidfd, self._on_exit)
         try:
             try:
@@ -244,8 +243,9 @@ class WorkerProcess:
                 attached = await attach
             self.exited.add_done_callback(self._end_replies)
             await self._handshake()
-        except asyncio.CancelledError:
-            self.kill_now()  # Nobody else knows this worker yet.
+        except BaseException:
+            if not self._closed:  # A failed handshake has killed it already.
+                self.kill_now()  # Nobody else knows this worker yet.
             raise
         if not attached:
             self.isolation["cgroup"] = "unavailable: the worker could not be moved into its cgroup"
@@ -272,17 +272,26 @@ class WorkerProcess:
             self.proxy.close()
 
     async def _spawn(self, fds: list[int], env: dict[str, str]) -> int:
-        """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid."""
+        """Fork the worker from the zygote if there is one (exec it otherwise); returns its pid and
+        keeps a pidfd of it, opened before anyone could reap it."""
         if self.zygote is not None and self.zygote.alive:
             try:
-                pid = await self.zygote.fork(self._fork_request(fds, env), fds)
+                pid, self._pidfd = await self.zygote.fork(self._fork_request(fds, env), fds)
             except ZygoteError as exc:
                 log.warning("zygote_fork_failed worker=%s error=%s", self.worker_id, exc)
             else:
                 self.forked = True
                 self._report = self.zygote.exit_report(pid)
                 return pid
-        return self._exec(fds, env)
+        pid = self._exec(fds, env)
+        try:
+            self._pidfd = os.pidfd_open(pid)  # Our child: nobody reaps it before we do.
+        except OSError:
+            assert self._popen is not None
+            self._popen.kill()
+            self._popen.wait()
+            raise
+        return pid
 
     def _fork_request(self, fds: list[int], env: dict[str, str]) -> ForkRequest:
         config = self._config_json(fds[0], fds[1])

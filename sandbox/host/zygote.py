@@ -47,9 +47,21 @@ _encoder = msgspec.msgpack.Encoder()
 _replies: msgspec.msgpack.Decoder[Reply] = msgspec.msgpack.Decoder(Reply)
 
 
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+def _kill(pidfd: int) -> None:
+    """SIGKILL a forked worker nobody else knows, through its pidfd, and close that."""
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    os.close(pidfd)
+
+
+def _decode(data: bytes, pidfd: int | None) -> Reply:
+    """The zygote's message in `data`; closes `pidfd` if it is garbage."""
+    try:
+        return _replies.decode(data)
+    except msgspec.DecodeError:
+        if pidfd is not None:
+            os.close(pidfd)
+        raise
 
 
 class Zygote:
@@ -74,7 +86,7 @@ class Zygote:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._seq = itertools.count(1)
         self._ready: asyncio.Future[ZygoteReady] | None = None
-        self._forks: dict[int, asyncio.Future[Forked | ForkFailed]] = {}
+        self._forks: dict[int, asyncio.Future[tuple[Forked | ForkFailed, int | None]]] = {}
         self._exits: dict[int, asyncio.Future[Exited | None]] = {}
         """Per forked worker not yet forgotten: its exit report (None if the zygote went first)."""
 
@@ -139,18 +151,22 @@ class Zygote:
         """Take every message waiting on the socket; a closed socket or garbage ends the zygote."""
         while self._sock is not None:
             try:
-                data = self._sock.recv(REPLY_BYTES)
+                data, fds, _, _ = socket.recv_fds(self._sock, REPLY_BYTES, 1)
+                pidfd = fds[0] if fds else None
                 if not data:
                     raise ZygoteError("zygote closed its socket")
-                self._dispatch(_replies.decode(data))
+                self._dispatch(_decode(data, pidfd), pidfd)
             except BlockingIOError:
                 return
             except (OSError, msgspec.DecodeError, ZygoteError) as exc:
                 log.warning("zygote_lost pid=%d error=%s", self.pid, exc)
                 self.close()
 
-    def _dispatch(self, message: Reply) -> None:
+    def _dispatch(self, message: Reply, pidfd: int | None) -> None:
+        """Resolve whoever waits for `message`; `pidfd` (a forked worker's) goes to its waiter."""
         assert self._loop is not None
+        if not isinstance(message, Forked) and pidfd is not None:
+            os.close(pidfd)
         if isinstance(message, Exited):
             report = self._exits.get(message.pid)
             if report is not None and not report.done():
@@ -158,12 +174,15 @@ class Zygote:
         elif isinstance(message, ZygoteReady):
             if self._ready is not None and not self._ready.done():
                 self._ready.set_result(message)
+        elif isinstance(message, Forked) and pidfd is None:
+            log.warning("zygote_lost pid=%d error=no pidfd for worker %d", self.pid, message.pid)
+            self.close()
         elif (waiter := self._forks.pop(message.seq, None)) is not None and not waiter.done():
             if isinstance(message, Forked):  # Before any Exited of it: the zygote sends in order.
                 self._exits[message.pid] = self._loop.create_future()
-            waiter.set_result(message)
-        elif isinstance(message, Forked):
-            _kill(message.pid)  # Its caller was cancelled: nobody else knows this worker.
+            waiter.set_result((message, pidfd))
+        elif pidfd is not None:
+            _kill(pidfd)  # Its caller was cancelled: nobody else knows this worker.
 
     def want(self, modules: tuple[str, ...]) -> None:
         """Have the zygote import `modules` (installed, trusted) before its next fork (those it
@@ -171,8 +190,9 @@ class Zygote:
         known = (*self.preload, *self.wanted)
         self.wanted = (*self.wanted, *(name for name in modules if name not in known))
 
-    async def fork(self, request: ForkRequest, fds: list[int]) -> int:
-        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid.
+    async def fork(self, request: ForkRequest, fds: list[int]) -> tuple[int, int]:
+        """Fork a worker with `fds` (request read, reply write, stdout, stderr); returns its pid and
+        a pidfd (the caller's to close), opened by the zygote before it could reap the worker.
 
         Cancellation-safe: a worker forked for a cancelled caller is killed when its reply comes."""
         if self._sock is None or self._loop is None:
@@ -188,7 +208,11 @@ class Zygote:
             if self.wanted != self._asked:
                 self._asked, self._importing_until = self.wanted, now + STARTUP_TIMEOUT_S
             timeout_s = FORK_TIMEOUT_S + max(0.0, self._importing_until - now)
-            reply = await asyncio.wait_for(waiter, timeout_s)
+            reply, pidfd = await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and (late := waiter.result()[1]) is not None:
+                _kill(late)  # Answered just as the caller was cancelled.
+            raise
         except TimeoutError:
             self.close()
             raise ZygoteError(f"zygote did not answer within {timeout_s:g} s") from None
@@ -197,9 +221,9 @@ class Zygote:
             raise ZygoteError(f"zygote unreachable: {exc}") from None
         finally:
             self._forks.pop(seq, None)
-        if isinstance(reply, Forked):
-            return reply.pid
-        raise ZygoteError(reply.message)
+        if isinstance(reply, Forked) and pidfd is not None:
+            return reply.pid, pidfd
+        raise ZygoteError(reply.message if isinstance(reply, ForkFailed) else "no pidfd")
 
     def exit_report(self, pid: int) -> asyncio.Future[Exited | None]:
         """The future exit report of forked worker `pid` (None if the zygote is gone first)."""

@@ -10,6 +10,7 @@ and closes every fd it was handed (`take`) before any tool runs.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -41,15 +42,19 @@ def take(prepared: tuple[PreparedMapping, ...], uid: int) -> dict[str, int]:
     """Of the zygote's mappings, a copy of each still right for its path (same owner, our slot uid),
     by path; closes every one of the zygote's fds, used or not, so none reaches a tool."""
     ready: dict[str, int] = {}
-    for mapping in prepared:
-        try:
-            info = os.stat(mapping.path)
-            if (info.st_uid, info.st_gid, uid) == (mapping.owner_uid, mapping.owner_gid, mapping.uid):
-                ready[mapping.path] = os.dup(mapping.fd)
-        except OSError:
-            pass  # Made here instead.
-        finally:
-            os.close(mapping.fd)
+    try:
+        for mapping in prepared:
+            try:
+                info = os.stat(mapping.path)
+                if (info.st_uid, info.st_gid, uid) == (mapping.owner_uid, mapping.owner_gid, mapping.uid):
+                    ready[mapping.path] = os.dup(mapping.fd)
+            except OSError:
+                pass  # Made here instead.
+    finally:
+        # Folders of one owner share the zygote's fd: each distinct one is closed once.
+        for fd in {mapping.fd for mapping in prepared}:
+            with contextlib.suppress(OSError):
+                os.close(fd)
     return ready
 
 

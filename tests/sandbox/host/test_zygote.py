@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -19,7 +20,9 @@ from typing import Any
 import msgspec
 import psutil
 import pytest
-from stockade.sandbox import CallRequest, Sandbox
+from stockade.sandbox import CallRequest, Sandbox, zygote_env
+from stockade.sandbox.host.zygote import Zygote
+from stockade.sandbox.wire.zygote import ForkRequest
 
 from .. import sbx_testkit as kit
 
@@ -175,3 +178,29 @@ def test_a_forked_worker_costs_a_fraction_of_an_exec() -> None:
 
         kit.in_sandbox(scenario, default=FRESH, zygote=zygote)
     assert medians[True] < FORK_SPEEDUP * medians[False], medians
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_reaped_before_the_supervisor_looks_is_still_known_by_its_pidfd() -> None:
+    # A worker that dies at once is reaped by the zygote, maybe before its `Forked` reply is read:
+    # a pid looked up then names nobody, or a newcomer. The pidfd the zygote opened names the worker.
+    async def scenario() -> None:
+        zygote = Zygote(zygote_env("test-pidfd"))
+        await zygote.start()
+        pipes = [os.pipe() for _ in range(4)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
+        request = ForkRequest(config="{}", env={}, cwd="/nonexistent-stockade-cwd")  # chdir fails
+        try:
+            pid, pidfd = await zygote.fork(request, theirs)
+            report = await asyncio.wait_for(zygote.exit_report(pid), EXIT_WAIT_S)
+            assert report is not None and os.waitstatus_to_exitcode(report.status) == 1  # reaped
+            assert select.select([pidfd], [], [], 0)[0] == [pidfd]  # it says: exited
+            with pytest.raises(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # and reaches no other process
+            os.close(pidfd)
+        finally:
+            zygote.close()
+            for fd in (fd for pair in pipes for fd in pair):
+                os.close(fd)
+
+    asyncio.run(scenario())
