@@ -303,11 +303,15 @@ class SharedZygote:
             return zygote
 
     def _replace_if_dead(self) -> Zygote:
-        """The current zygote, a new one (not started) if there is none or it died."""
+        """The current zygote, a new one (not started) if there is none or it died; a new one is
+        asked for what the dead one was (`want`: `anthropic` once an SDK tool was described)."""
         if self._zygote is None or not self._zygote.alive:
+            wanted: tuple[str, ...] = ()
             if self._zygote is not None:
+                wanted = self._zygote.wanted
                 self._zygote.close()
             self._zygote = Zygote(self._env, self._preload)
+            self._zygote.want(wanted)
         return self._zygote
 
     def close(self) -> None:

@@ -4,10 +4,16 @@ Tool modules themselves are never preloaded: they still import in each worker, u
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import psutil
+import pytest
 from stockade.sandbox import CallRequest, Sandbox
 from stockade.sandbox.child import zygote
 
@@ -83,3 +89,23 @@ def test_a_shared_zygote_preloads_what_it_was_given_for_every_sandbox_on_it() ->
         kit.in_sandbox(scenario, default=FRESH, zygote=shared)
     finally:
         shared.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_zygote_restarted_after_it_died_still_preloads_anthropic() -> None:
+    async def scenario(sandbox: Sandbox) -> None:
+        await sandbox.describe([REF])
+        await _text(sandbox, "import_cpu", "r0")
+        dead = sandbox.zygote_pid
+        assert dead is not None
+        os.kill(dead, signal.SIGKILL)
+        deadline = time.monotonic() + 10  # Dead before the next fork: it would fall back to an exec.
+        while psutil.pid_exists(dead) and psutil.Process(dead).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
+        costs = [float(await _text(sandbox, "import_cpu", f"r{i}")) for i in range(1, 4)]
+        assert sandbox.zygote_pid not in (None, dead)
+        # The new zygote imported anthropic before its first fork, as the dead one had been asked to.
+        assert max(costs) < IMPORTED_ALREADY_S, costs
+
+    kit.in_sandbox(scenario, default=FRESH)
