@@ -5,6 +5,7 @@ from __future__ import annotations
 from stockade.supervisor.errors import SupervisorError
 
 __all__ = [
+    "CONNECT_ATTEMPTS",
     "EXIT_API_ERROR",
     "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
@@ -21,6 +22,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_NO_API_KEY = 3
 EXIT_API_ERROR = 4
+CONNECT_ATTEMPTS = 5
+"""Failed attempts to reach the API before its first good connection after which `run` and `tail`
+give up (`EXIT_API_ERROR`); `--connect-attempts` overrides it."""
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 """stdout's reader went away (`| head`): 128 + SIGPIPE, as a command killed by it would exit."""

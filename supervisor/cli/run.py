@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from stockade.supervisor.cli.app import check_refs, load_config
 from stockade.supervisor.cli.args import given
 from stockade.supervisor.cli.exits import (
+    CONNECT_ATTEMPTS,
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -107,8 +108,6 @@ def state_dir_of(args: argparse.Namespace) -> str | None:
     return None if args.no_journal else (args.state_dir or str(default_state_dir()))
 
 
-CONNECT_ATTEMPTS = 5
-"""Attempts to reach the API before the first good connection; then `stockade run` gives up (exit 4)."""
 CONNECT_BACKOFF_S = 0.5
 # Records the CLI prints in its own words (`logs.Tap`), so they are left out of stderr without -v.
 _TAPPED = ("call_held", "session_read_failed", "session_read_refused")

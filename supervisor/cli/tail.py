@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 from httpx_sse import SSEError, connect_sse
 from stockade.supervisor.cli.exits import (
+    CONNECT_ATTEMPTS,
     EXIT_API_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -39,10 +40,6 @@ READ_TIMEOUT_S = 120.0
 """A stream that sends nothing, not even a keepalive, for this long is dropped and reopened."""
 RECONNECT_CAP_S = 10.0
 TERMINAL_TYPES = frozenset({"session.status_terminated", "session.deleted"})
-
-
-CONNECT_ATTEMPTS = 5
-"""Failed attempts before the first good connection after which `tail` gives up (exit 4)."""
 
 
 class PermanentError(SupervisorError):
