@@ -38,6 +38,7 @@ from stockade.sandbox.host.zygote import Zygote
 from stockade.sandbox.isolation import cage as isolation
 from stockade.sandbox.isolation import limits, tree
 from stockade.sandbox.isolation.cage import Cage
+from stockade.sandbox.isolation.layers import ON
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.framing import FrameError, PeerClosed, frame, read_frame
 from stockade.sandbox.wire.protocol import (
@@ -407,6 +408,8 @@ class WorkerProcess:
             text = message.message if isinstance(message, Refused) else f"bad handshake: {message!r}"
             raise WorkerStartError(text, refused=isinstance(message, Refused))
         self.isolation = message.isolation
+        # Said before any tool code ran, so a tool cannot make the tree kill look in fewer places.
+        self.cage.contained = message.isolation.get("pidns") == ON
 
     async def exchange(self, request: ToWorker | None, deadline: float) -> FromWorker:
         """Send `request` (if any) and wait for one reply until the monotonic `deadline`.

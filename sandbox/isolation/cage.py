@@ -9,6 +9,8 @@ CONTRACT between the pool/worker (sandbox core) and this module — keep these n
   - `cage.attach(pid)`: after spawn, before the worker is sent any call: move it into the cage (cgroup).
   - `cage.kill_tree(root_pid, grace_s)`: TERM, grace, KILL the worker and *every* descendant, including
     ones that left its session/process group; returns when all are dead (bounded).
+  - `cage.contained = True`: the worker said (in its `Ready`, before any tool code ran) that it runs
+    in a PID namespace of its own, so everything it starts stays its descendant and dies with it.
   - `cage.usage() -> CageUsage`: tree-wide cpu seconds and peak memory since `reset_peak()`, if known.
   - `cage.reset_peak()`: start a new accounting window (before each call on a warm worker).
   - `cage.limit_hit() -> str | None`: "memory" / "processes" if the tree hit a cgroup limit.
@@ -126,6 +128,9 @@ class Cage:
         self.cgroup: WorkerCgroup | None = None
         self.uid: int | None = None
         self.cgroup_report = "unavailable: not created"
+        self.contained = False
+        """Whether the worker runs in a PID namespace of its own (see the contract above): then a
+        tree kill without a cgroup need not scan the host for processes with the worker's marker."""
         self._closed = False
 
     @classmethod
@@ -179,7 +184,7 @@ class Cage:
 
     def kill_tree(self, root_pid: int, grace_s: float) -> None:
         """TERM, grace, KILL the worker and every descendant, wherever it moved; bounded."""
-        treekill.kill_tree(root_pid, grace_s, self.cgroup, self.worker_id)
+        treekill.kill_tree(root_pid, grace_s, self.cgroup, self.worker_id, contained=self.contained)
 
     def usage(self) -> CageUsage:
         if self.cgroup is None:

@@ -31,7 +31,7 @@ CHILD_OUTPUT_BYTES = 65536
 def _probe_cgroup() -> tuple[bool, str, str]:
     """(available, detail, tree-kill method)."""
     if not sys.platform.startswith("linux"):
-        return False, "not Linux", "killpg + psutil walk (best effort)"
+        return False, "not Linux", "killpg + descendants (best effort)"
     try:
         layout = discover_layout()
         probe_cg = WorkerCgroup(layout, f"probe-{os.getpid()}")

@@ -1,9 +1,11 @@
 """Kill a worker's whole process tree, including grandchildren that left its process group.
 
 With a cgroup every member is found through `cgroup.procs` (and killed by `cgroup.kill` on v2).
-Without one the tree is found as psutil descendants of the worker (the worker is a child
-subreaper then, so double-forked daemons stay its descendants) plus every process that carries
-the worker's marker (`tree.MARKER_ENV`) in its environment. Each kill is TERM (+CONT, so a stopped
+Without one the tree is found as the descendants of the worker (from /proc's children lists: the
+worker is a child subreaper then, so double-forked daemons stay its descendants) plus every process
+that carries the worker's marker (`tree.MARKER_ENV`) in its environment, a scan of the whole host
+skipped where the worker runs in a PID namespace of its own: nothing leaves one, and the namespace
+dies with its init, which dies with the worker. Each kill is TERM (+CONT, so a stopped
 process can act on it), a grace period, then SIGKILL until nothing is left, bounded by `KILL_TIMEOUT_S`.
 
 "Nothing is left" means really dead: a member once seen counts as alive until it is a zombie or
@@ -24,13 +26,13 @@ from collections.abc import Callable
 
 import psutil
 from stockade.sandbox.isolation.cgroup import WorkerCgroup
-from stockade.sandbox.isolation.tree import MARKER_ENV
+from stockade.sandbox.isolation.tree import MARKER_ENV, descendants
 
 __all__ = ["FALLBACK_METHOD", "KILL_TIMEOUT_S", "kill_tree"]
 
 log = logging.getLogger(__name__)
 
-FALLBACK_METHOD = "killpg + psutil walk + subreaper + environment marker (best effort)"
+FALLBACK_METHOD = "killpg + descendants (subreaper) + PID namespace or environment marker (best effort)"
 KILL_TIMEOUT_S = 2.0
 """Longest time SIGKILL may take to empty the tree; past it the leak is logged and we return."""
 POLL_S = 0.005
@@ -40,14 +42,6 @@ def _alive(proc: psutil.Process) -> bool:
     with contextlib.suppress(psutil.Error):
         return proc.status() != psutil.STATUS_ZOMBIE
     return False
-
-
-def _descendants(root_pid: int) -> set[int]:
-    try:
-        root = psutil.Process(root_pid)
-        return {root_pid, *(p.pid for p in root.children(recursive=True))}
-    except psutil.Error:
-        return set()
 
 
 def _marked(marker: str) -> set[int]:
@@ -60,10 +54,14 @@ def _marked(marker: str) -> set[int]:
     return found
 
 
-def _members(root_pid: int, cgroup: WorkerCgroup | None, marker: str) -> set[int]:
-    """Live members of the tree: cgroup members (or marked processes) and the root's descendants."""
-    found = _descendants(root_pid)
-    found |= cgroup.pids() if cgroup is not None else _marked(marker)
+def _members(root_pid: int, cgroup: WorkerCgroup | None, marker: str, contained: bool) -> set[int]:
+    """Live members of the tree: the root's descendants and its cgroup's members, or else the
+    processes carrying its marker, unless it is `contained` in a PID namespace (nothing leaves it)."""
+    found = {root_pid, *descendants(root_pid)}
+    if cgroup is not None:
+        found |= cgroup.pids()
+    elif not contained:
+        found |= _marked(marker)  # A scan of every process on the host: milliseconds.
     found.discard(os.getpid())
     return {pid for pid in found if _alive_pid(pid)}
 
@@ -104,10 +102,11 @@ class _Sender:
     each found pid is opened as a pidfd, the membership is read again, and only the pidfds of pids
     still members then are signalled (a pid reused before its pidfd was opened is no member)."""
 
-    def __init__(self, root_pid: int, cgroup: WorkerCgroup | None, marker: str) -> None:
+    def __init__(self, root_pid: int, cgroup: WorkerCgroup | None, marker: str, contained: bool) -> None:
         self.root_pid = root_pid
         self.cgroup = cgroup
         self.marker = marker
+        self.contained = contained
         self.root_fd = _pidfds({root_pid}).get(root_pid)
         if self.root_fd is not None and not _is_ours(root_pid, cgroup, marker):
             self.close()  # its number was taken over: never touch that process (or its group)
@@ -119,7 +118,7 @@ class _Sender:
                 os.killpg(self.root_pid, sig)
         fds = _pidfds(pids)
         try:
-            still = _members(self.root_pid, self.cgroup, self.marker) if fds else set()
+            still = _members(self.root_pid, self.cgroup, self.marker, self.contained) if fds else set()
             for pid, fd in fds.items():
                 if pid in still:
                     _signal_fd(fd, sig)
@@ -148,16 +147,19 @@ def _wait_empty(
         time.sleep(POLL_S)
 
 
-def kill_tree(root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker: str) -> bool:
-    """TERM, grace, KILL every member of the tree; True once none is left (False: leak, logged)."""
+def kill_tree(
+    root_pid: int, grace_s: float, cgroup: WorkerCgroup | None, marker: str, *, contained: bool = False
+) -> bool:
+    """TERM, grace, KILL every member of the tree; True once none is left (False: leak, logged).
+    `contained`: the root runs its tree in a PID namespace of its own (see `_members`)."""
     seen: set[int] = set()
 
     def members() -> set[int]:
-        found = _members(root_pid, cgroup, marker) | {pid for pid in seen if _alive_pid(pid)}
+        found = _members(root_pid, cgroup, marker, contained) | {pid for pid in seen if _alive_pid(pid)}
         seen.update(found)
         return found
 
-    sender = _Sender(root_pid, cgroup, marker)
+    sender = _Sender(root_pid, cgroup, marker, contained)
     try:
         return _term_then_kill(sender, grace_s, cgroup, members)
     finally:

@@ -34,6 +34,10 @@ def _errno_name(err: int) -> str:
 def orphan(token: str) -> str:
     """Drop the worker's subreaper role, then double-fork a `sleep` (its argv carries `token`) in a
     session of its own, and return while it runs."""
+    return _orphan(token)
+
+
+def _orphan(token: str) -> str:
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
     if os.fork() == 0:
         os.setsid()
@@ -43,6 +47,17 @@ def orphan(token: str) -> str:
     os.wait()
     time.sleep(0.1)  # the grandchild has exec'd
     return "started"
+
+
+@tool
+def orphan_then_hang(token: str) -> str:
+    """`orphan`, then never return (and ignore SIGTERM): only the supervisor's tree kill ends it."""
+    import signal
+
+    _orphan(token)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        time.sleep(1)
 
 
 @tool
@@ -192,6 +207,7 @@ TOOLS = [
     burn,
     cgroups,
     orphan,
+    orphan_then_hang,
     proc_pids,
     make_shm,
     find_shm,

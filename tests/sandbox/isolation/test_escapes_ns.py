@@ -82,6 +82,30 @@ def test_orphan_of_a_tool_that_dropped_the_subreaper_dies_with_its_call() -> Non
                 psutil.Process(pid).kill()
 
 
+@pytest.mark.parametrize("disabled", ["", "cgroup"], ids=["cgroup", "no-cgroup"])
+def test_a_killed_call_leaves_no_orphan_even_without_a_host_scan(
+    disabled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a cgroup the tree kill of a worker in its own PID namespace trusts the namespace to
+    # hold every process the tool made (no scan of the host for its marker): try to get out of it.
+    need("pidns")
+    monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", disabled)
+    token = f"{random.randint(3600, 3999)}.{random.randint(0, 99999)}"
+    policy = msgspec.structs.replace(kit.POLICY, wall_timeout_s=1.0)
+
+    async def scenario(sandbox: Sandbox) -> None:
+        outcome = await run(sandbox, "orphan_then_hang", token=token)
+        assert outcome.kind == "timed_out", outcome
+        assert sleepers(token) == [], "the double-forked grandchild outlived its killed worker"
+
+    try:
+        kit.in_sandbox(scenario, default=policy)
+    finally:
+        for pid in sleepers(token):
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
 def test_proc_shows_only_the_sandbox_processes() -> None:
     need("pidns", "mountns")
 
