@@ -242,6 +242,9 @@ class WorkerProcess:
                 await self._connect(loop, req_w, rep_r, out_r, err_r)
             finally:
                 attached = await attach
+            if not attached and "cgroup" in self.policy.require_layers:
+                with contextlib.suppress(ProcessLookupError):  # Fail closed: no worker outside it.
+                    self.send_signal(signal.SIGKILL)
             self.exited.add_done_callback(self._end_replies)
             await self._handshake()
         except BaseException:

@@ -6,7 +6,8 @@ CONTRACT between the pool/worker (sandbox core) and this module — keep these n
 - `probe() -> dict[str, LayerStatus]`: every layer this host could apply, cached per process.
 - `Cage.create(policy, worker_id) -> Cage` (parent side, one per worker process, before spawn).
   - `cage.preexec_env() -> dict[str, str]`: extra env vars the worker needs to find its cage (may be {}).
-  - `cage.attach(pid)`: after spawn, before the worker is sent any call: move it into the cage (cgroup).
+  - `cage.attach(pid) -> bool`: after spawn, before the worker is sent any call: move it into the cage
+    (cgroup); False if it could not be (a worker that requires a cgroup must then be killed).
   - `cage.kill_tree(root_pid, grace_s)`: TERM, grace, KILL the worker and *every* descendant, including
     ones that left its session/process group; returns when all are dead (bounded).
   - `cage.contained = True`: the worker said (in its `Ready`, before any tool code ran) that it runs
@@ -32,12 +33,10 @@ they become "unavailable: <reason>" in the report, or `LayerUnavailable` when th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import logging
 import os
-import signal
 
 import msgspec
 from stockade.sandbox.isolation import identity, tree, treekill
@@ -168,17 +167,14 @@ class Cage:
         return env
 
     def attach(self, pid: int) -> bool:
-        """Move the freshly spawned worker into the cgroup (a worker that requires it dies if this
-        fails); False if it has a cgroup it could not be moved into."""
+        """Move the freshly spawned worker into the cgroup; False if it has a cgroup it could not be
+        moved into (the caller kills a worker that requires one, through its pidfd)."""
         if self.cgroup is None:
             return True
         try:
             self.cgroup.attach(pid)
         except OSError as exc:
             log.warning("cgroup_attach_failed pid=%d error=%s", pid, exc)
-            if "cgroup" in self.policy.require_layers:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)  # fail closed: it must not run outside its cgroup
             return False
         return True
 

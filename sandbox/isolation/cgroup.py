@@ -249,11 +249,6 @@ class WorkerCgroup:
         """Every process currently in the cgroup (any hierarchy)."""
         return _procs(self.dirs)
 
-    def signal_all(self, sig: int) -> None:
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-
     def kill_all(self, timeout_s: float) -> bool:
         """SIGKILL everything in the cgroup until it is empty; True if it emptied in time."""
         return _kill_dirs(self.dirs, self.unified_dir, timeout_s)
@@ -336,11 +331,27 @@ def _kill_dirs(dirs: list[str], unified_dir: str | None, timeout_s: float) -> bo
             return True
         if time.monotonic() >= deadline:
             return False
-        for pid in alive:  # v1 has no cgroup.kill; pids.max bounds the fork race
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGCONT)
-                os.kill(pid, signal.SIGKILL)
+        _kill_members(dirs, alive)  # v1 has no cgroup.kill; pids.max bounds the fork race
         time.sleep(KILL_POLL_S)
+
+
+def _kill_members(dirs: list[str], pids: set[int]) -> None:
+    """SIGCONT+SIGKILL each of `pids` still in the cgroup, through a pidfd opened before that check:
+    a pid that was freed and reused after `cgroup.procs` was read names no member then."""
+    fds: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds[pid] = os.pidfd_open(pid)
+    try:
+        members = _procs(dirs) if fds else set()
+        for pid, fd in fds.items():
+            if pid in members:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGCONT)
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _remove_dirs(dirs: list[str], unified_dir: str | None) -> None:
