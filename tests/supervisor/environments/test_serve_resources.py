@@ -150,10 +150,12 @@ def _text(event: dict[str, Any]) -> str:
     return "".join(block.get("text", "") for block in event["content"])
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("deletions", ["enabled", "log_only", "disabled"])
-def test_skills_and_memory_stores_round_trip(emu: Emulator, root: Path, deletions: str) -> None:
-    sid = f"sesn_mem_{deletions}"
+def test_skills_and_memory_stores_round_trip_as_with_the_sdk_worker(
+    emu: Emulator, root: Path, tmp_path: Path, deletions: str
+) -> None:
+    sid = f"sesn_ours_{deletions}"
     output, logs = run_with_emulator(emu, sid, root, "--memory-sync-deletions", deletions)
     # Skills: unpacked before the call, the subagent's too; the hostile archive refused, not blocking.
     assert "pdf-skill" in output and "helper" in output, output
@@ -168,6 +170,18 @@ def test_skills_and_memory_stores_round_trip(emu: Emulator, root: Path, deletion
     assert "memory_conflict" in logs
     # Everything a session had on disk is gone afterwards.
     assert sorted(os.listdir(root)) == []
+    # The SDK's environment worker on the same scenario ends the same way.
+    sdk_dir = tmp_path / "sdk"
+    sdk_dir.mkdir()
+    theirs = _run_sdk_worker(emu, f"sesn_sdk_{deletions}", sdk_dir, deletions)
+    # The SDK's bash is not sandboxed: it can write the read-only store's folder (and never pushes it);
+    # stockade's kernel refuses the write. Everything else in the result is the same.
+    assert output.replace("ro-refused", "ro-?") == theirs.replace("ro-written", "ro-?"), (output, theirs)
+    for prefix in ("memstore_", "memstore_ro_"):
+        mine = emu.resources.store(f"{prefix}{sid}").contents()
+        sdk = emu.resources.store(f"{prefix}sesn_sdk_{deletions}").contents()
+        assert mine == sdk, (prefix, mine, sdk)
+    assert emu.resources.store(f"memstore_sesn_sdk_{deletions}").contents() == expected_notes(deletions)
 
 
 @pytest.mark.timeout(60)
@@ -229,26 +243,6 @@ def _run_sdk_worker(emu: Emulator, sid: str, workdir: Path, deletions: str) -> s
 
     asyncio.run(main())
     return _text(emu.posted_events(sid)[0])
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("deletions", ["enabled", "log_only", "disabled"])
-def test_differential_against_the_sdk_worker(
-    emu: Emulator, root: Path, tmp_path: Path, deletions: str
-) -> None:
-    ours, _ = run_with_emulator(emu, f"sesn_ours_{deletions}", root, "--memory-sync-deletions", deletions)
-    sdk_dir = tmp_path / "sdk"
-    sdk_dir.mkdir()
-    theirs = _run_sdk_worker(emu, f"sesn_sdk_{deletions}", sdk_dir, deletions)
-    # The SDK's bash is not sandboxed: it can write the read-only store's folder (and never pushes it);
-    # stockade's kernel refuses the write. Everything else in the result is the same.
-    assert "pdf-skill" in ours and "ro-refused" in ours, ours
-    assert ours.replace("ro-refused", "ro-?") == theirs.replace("ro-written", "ro-?"), (ours, theirs)
-    for prefix in ("memstore_", "memstore_ro_"):
-        mine = emu.resources.store(f"{prefix}sesn_ours_{deletions}").contents()
-        sdk = emu.resources.store(f"{prefix}sesn_sdk_{deletions}").contents()
-        assert mine == sdk, (prefix, mine, sdk)
-    assert emu.resources.store(f"memstore_sesn_sdk_{deletions}").contents() == expected_notes(deletions)
 
 
 @pytest.mark.timeout(60)
