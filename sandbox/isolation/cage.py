@@ -44,6 +44,7 @@ from stockade.sandbox.isolation import probe as hostprobe
 from stockade.sandbox.isolation.cgroup import CgroupLayout, WorkerCgroup, discover_layout, sweep_stale
 from stockade.sandbox.isolation.layers import (
     CGROUP_ENV,
+    CGROUPS_ENV,
     DISABLE_ENV,
     LAYERS,
     SUBREAPER_ENV,
@@ -162,6 +163,8 @@ class Cage:
             env[UID_ENV] = str(self.uid)
         if self.cgroup is None:
             env[SUBREAPER_ENV] = "1"
+        else:
+            env[CGROUPS_ENV] = str(len(self.cgroup.dirs))
         if DISABLE_ENV in os.environ:
             env[DISABLE_ENV] = os.environ[DISABLE_ENV]
         return env

@@ -30,6 +30,7 @@ from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.protocol import PreparedMapping, PreparedRules
 
 __all__ = [
+    "CGROUPS_ENV",
     "CGROUP_ENV",
     "DISABLE_ENV",
     "UID_ENV",
@@ -49,6 +50,8 @@ SUBREAPER_ENV = "STOCKADE_CAGE_SUBREAPER"
 DISABLE_ENV = "STOCKADE_DISABLE_LAYERS"
 CGROUP_ENV = "STOCKADE_CAGE_CGROUP"
 """Tells the worker whether its cage has a cgroup ("on" / "unavailable: reason")."""
+CGROUPS_ENV = "STOCKADE_CAGE_CGROUPS"
+"""How many cgroup hierarchies the supervisor moves the worker into (one after the other)."""
 MARKER_ENV = "STOCKADE_WORKER_ID"
 """The worker id (as in `tree.MARKER_ENV`); its cgroup's name carries it."""
 WORKER_LAYERS = (
@@ -154,8 +157,9 @@ def _no_new_privs() -> str:
 
 def _pidns() -> str:
     if os.environ.get(CGROUP_ENV) == ON:
-        # The init and the worker are forked now: they must be born inside the worker's cgroup.
-        namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""))
+        # The init and the worker are forked now: they must be born inside the worker's cgroup, in
+        # every hierarchy (the supervisor writes them one at a time).
+        namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""), int(os.environ.get(CGROUPS_ENV, "1")))
     detail = namespaces.enter_pidns()
     if os.environ.get(SUBREAPER_ENV) == "1":
         namespaces.make_subreaper()  # the forked worker is a new process

@@ -136,14 +136,15 @@ def drop_capabilities() -> str:
     return "no capabilities left"
 
 
-def wait_for_cgroup(marker: str) -> bool:
-    """Wait (bounded) until the supervisor has moved us into our cgroup, whose name carries `marker`:
-    processes forked before that would stay outside the worker's limits. True once inside."""
+def wait_for_cgroup(marker: str, hierarchies: int) -> bool:
+    """Wait (bounded) until the supervisor has moved us into our cgroup, whose name carries `marker`,
+    in each of its `hierarchies` (v1 controllers and the unified one are joined one at a time):
+    processes forked before that would stay outside some of the worker's limits. True once inside."""
     safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in marker)[:40]
     deadline = time.monotonic() + CGROUP_WAIT_S
     while time.monotonic() < deadline:
         with open("/proc/self/cgroup", encoding="utf-8") as file:
-            if safe and safe in file.read():
+            if safe and sum(safe in line for line in file) >= hierarchies:
                 return True
         time.sleep(CGROUP_POLL_S)
     log.warning("cgroup_wait_expired marker=%s", marker)
