@@ -54,7 +54,18 @@ class Driver:
         await self.run(key, "sbx_escape:attempt", "attempt", attack=attack, arg=arg)
 
 
-async def _catalogue(d: Driver, bombs: Sandbox) -> None:
+async def _killed_daemon(d: Driver, killed: Sandbox) -> None:
+    """A call that double-forks a daemon and hangs, killed at its deadline: without a cgroup, the kill
+    of a worker in its own PID namespace looks nowhere but at its descendants."""
+    d.sandbox, main = killed, d.sandbox
+    await d.run("killed_daemon", "sbx_ns:TOOLS", "orphan_then_hang", token=f"3999.{os.getpid()}")
+    d.results["killed_daemon_leftovers"] = sorted(
+        kit.marked_pids(killed.marker) - kit.worker_processes(killed)
+    )
+    d.sandbox = main
+
+
+async def _catalogue(d: Driver, bombs: Sandbox, killed: Sandbox) -> None:
     home, me = d.setup["home"], str(os.getpid())
     canary = os.environ["ANTHROPIC_API_KEY"]
     await d.attempt("read_ssh_py", "read_file", f"{home}/.ssh/id_rsa")
@@ -86,6 +97,7 @@ async def _catalogue(d: Driver, bombs: Sandbox) -> None:
     d.sandbox, main = bombs, d.sandbox
     await d.run("fork_bomb", "isolation_tools:fork_bomb", "fork_bomb", tries=500)
     d.sandbox = main
+    await _killed_daemon(d, killed)
     await d.run("after", "sbx_hostile:TOOLS", "echo", text="still fine")
 
 
@@ -93,11 +105,16 @@ async def main(setup: dict[str, Any]) -> dict[str, Any]:
     hits: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: hits.append(1))
     fork_policy = msgspec.structs.replace(POLICY, max_processes=16)
-    async with Sandbox(default=POLICY) as sandbox, Sandbox(default=fork_policy) as bombs:
+    short_policy = msgspec.structs.replace(POLICY, wall_timeout_s=1.5)
+    async with (
+        Sandbox(default=POLICY) as sandbox,
+        Sandbox(default=fork_policy) as bombs,
+        Sandbox(default=short_policy) as killed,
+    ):
         driver = Driver(sandbox, setup)
-        await _catalogue(driver, bombs)
+        await _catalogue(driver, bombs, killed)
         driver.results["report"] = sandbox.report()
-        markers = (sandbox.marker, bombs.marker)
+        markers = (sandbox.marker, bombs.marker, killed.marker)
     driver.results["sigusr1_hits"] = len(hits)
     driver.results["leftovers_after_close"] = sorted(pid for m in markers for pid in kit.marked_pids(m))
     driver.results["uid"] = os.getuid()

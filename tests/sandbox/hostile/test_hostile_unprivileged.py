@@ -147,6 +147,11 @@ def test_daemon_does_not_outlive_its_call(run: dict[str, Any]) -> None:
     assert run["leftovers_after_close"] == []
 
 
+def test_daemon_of_a_killed_call_dies_with_its_worker(run: dict[str, Any]) -> None:
+    assert run["killed_daemon"]["kind"] == "timed_out", run["killed_daemon"]
+    assert run["killed_daemon_leftovers"] == []
+
+
 def test_memory_bomb_is_over_limit(run: dict[str, Any]) -> None:
     assert run["memory_bomb"]["kind"] == "over_limit", run["memory_bomb"]
     assert run["memory_bomb"]["resource"] == "memory"
