@@ -210,7 +210,8 @@ class Zygote:
             timeout_s = FORK_TIMEOUT_S + max(0.0, self._importing_until - now)
             reply, pidfd = await asyncio.wait_for(waiter, timeout_s)
         except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled() and (late := waiter.result()[1]) is not None:
+            answered = waiter.done() and not waiter.cancelled() and waiter.exception() is None
+            if answered and (late := waiter.result()[1]) is not None:
                 _kill(late)  # Answered just as the caller was cancelled.
             raise
         except TimeoutError:
