@@ -183,8 +183,10 @@ def _policies() -> dict[str, Any]:
     import msgspec
     from stockade.sandbox import ResourcePolicy
 
-    os.environ["PYTHONPATH"] = str(SCRIPTS_DIR)
-    base = ResourcePolicy(env_passthrough=("PYTHONPATH",))
+    os.environ["PYTHONPATH"] = str(SCRIPTS_DIR)  # For the naive modes' children.
+    # Workers import the tool modules from the sandbox's import folder (this script's folder is on
+    # its sys.path), as `stockade run`'s workers do: not through PYTHONPATH.
+    base = ResourcePolicy()
     return {
         "warm": msgspec.structs.replace(base, max_calls_per_worker=10_000),
         "fresh": msgspec.structs.replace(base, max_calls_per_worker=1, pool_size=0),
@@ -440,7 +442,7 @@ def _run_all_sessions(emu: Any) -> dict[tuple[str, str], list[Measure]]:
 def run_session_bench() -> None:
     from stockade.emulator import Emulator
 
-    _policies()  # Sets PYTHONPATH for the workers and the naive children.
+    _policies()  # Sets PYTHONPATH for the naive children.
     with Emulator(api_key=API_KEY) as emu:
         results = _run_all_sessions(emu)
         memory = {

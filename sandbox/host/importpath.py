@@ -12,6 +12,7 @@ and the policy's writable paths.
 from __future__ import annotations
 
 import ast
+import compileall
 import os
 import shutil
 import sys
@@ -36,7 +37,7 @@ def default_import_paths() -> list[str]:
     return found
 
 
-# Never copied: byte code is rebuilt from the copies, and dot files (`.env`, `.git`) are not code.
+# Never copied: byte code is compiled afresh from the copies, and dot files (`.env`, `.git`) are not code.
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 IMPORT_FOLDER_MODE = 0o755  # read by the workers' slot uids; written only by the supervisor
 
@@ -46,8 +47,10 @@ class ImportFolder:
     those and nothing else of the folders they came from (a `.env` beside `mytools.py` stays out of
     reach). A reference's module is looked up in `sources` (not imported): a top-level `name.py` is
     copied as a file, a package as its whole folder (without `__pycache__` and dot files; symlinks stay
-    links, so they reach nothing a worker could not already see). Sources a tool may write to
-    (`writable`) are skipped, so a tool cannot plant a module for a later worker to import."""
+    links, so they reach nothing a worker could not already see). Each copy is compiled to byte code
+    here, which runs none of it: workers cannot write the folder, so each would compile it anew.
+    Sources a tool may write to (`writable`) are skipped, so a tool cannot plant a module for a later
+    worker to import."""
 
     def __init__(self, sources: Sequence[str], writable: Iterable[str] = ()) -> None:
         roots = [os.path.realpath(p) for p in writable]
@@ -91,8 +94,10 @@ class ImportFolder:
         target.parent.mkdir(parents=True, exist_ok=True, mode=IMPORT_FOLDER_MODE)
         if source.is_dir():
             shutil.copytree(source, target, symlinks=True, ignore=_IGNORED, dirs_exist_ok=True)
+            compileall.compile_dir(target, quiet=2, optimize=0)
         else:
             shutil.copy2(source, target)
+            compileall.compile_file(target, quiet=2, optimize=0)
         self._copied[rel] = source
 
     def imports_directly(self, refs: Iterable[str], package: str) -> bool:
