@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import stat
 import sys
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from stockade.sandbox.isolation import fsconfine, readable, syscalls
 from stockade.sandbox.wire.protocol import PreparedRules
 
-__all__ = ["apply_landlock", "build", "landlock_probe", "release", "roots", "rules"]
+__all__ = ["Folders", "apply_landlock", "landlock_probe", "release", "roots", "rules"]
 
 _EXECUTE = 1 << 0
 _WRITE_FILE = 1 << 1
@@ -46,6 +47,7 @@ _SCOPE_ABSTRACT_UNIX = 1 << 0
 _SCOPE_SIGNAL = 1 << 1
 
 _RULE_PATH_BENEATH = 1
+_OUT_OF_FDS = (errno.EMFILE, errno.ENFILE)
 _NET_MIN_ABI = 4
 _SCOPE_MIN_ABI = 6
 
@@ -116,19 +118,69 @@ def _ruleset(abi: int, deny_tcp: bool) -> int:
     return syscalls.landlock_create_ruleset(attr, size)
 
 
-def _allow(ruleset_fd: int, path: str, rights: int, abi: int) -> None:
+def _opened(path: str, rights: int, abi: int) -> tuple[int, int] | None:
+    """`path` opened for a rule (O_PATH) and the rights it may carry; None if it is missing."""
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return  # a missing path grants nothing; Landlock resolves rules now, not later
+    except OSError as exc:
+        if exc.errno in _OUT_OF_FDS:
+            raise  # not a missing path: a rule left out would deny what the plan grants
+        return None  # a missing path grants nothing; Landlock resolves rules now, not later
     try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            rights &= _FILE_RIGHTS
-        syscalls.landlock_add_rule(
-            ruleset_fd, _RULE_PATH_BENEATH, _PathBeneathAttr(_rights_for_abi(rights, abi), fd)
-        )
-    finally:
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, _rights_for_abi(rights if is_dir else rights & _FILE_RIGHTS, abi)
+
+
+def _add_opened(ruleset_fd: int, fd: int, rights: int) -> None:
+    syscalls.landlock_add_rule(ruleset_fd, _RULE_PATH_BENEATH, _PathBeneathAttr(rights, fd))
+
+
+def _allow(ruleset_fd: int, path: str, rights: int, abi: int) -> None:
+    opened = _opened(path, rights, abi)
+    if opened is not None:
+        try:
+            _add_opened(ruleset_fd, *opened)
+        finally:
+            os.close(opened[0])
+
+
+class Folders:
+    """The rules of a plan with each path held open: a ruleset built from them costs one add_rule per
+    rule, where building from paths costs an open, fstat, add_rule and close each (the zygote builds
+    one ruleset per fork from the same plan). A held path is the inode it named when opened, as a
+    ruleset's rule is: the plan's reuse window bounds how stale either is."""
+
+    def __init__(self, planned: dict[str, int], abi: int) -> None:
+        self.abi = abi
+        self._rules: list[tuple[int, int]] = []
+        try:
+            for path, rights in planned.items():
+                opened = _opened(path, rights, abi)
+                if opened is not None:
+                    self._rules.append(opened)
+        except BaseException:
+            self.close()
+            raise
+
+    def build(self, deny_tcp: bool) -> int:
+        """A new ruleset fd holding every rule."""
+        ruleset_fd = _ruleset(self.abi, deny_tcp)
+        try:
+            for fd, rights in self._rules:
+                _add_opened(ruleset_fd, fd, rights)
+        except BaseException:
+            os.close(ruleset_fd)
+            raise
+        return ruleset_fd
+
+    def close(self) -> None:
+        """Close the held paths (idempotent)."""
+        rules, self._rules = self._rules, []
+        for fd, _ in rules:
+            os.close(fd)
 
 
 def roots(read: Iterable[str], writable: Iterable[str], readable_paths: Iterable[str]) -> dict[str, int]:

@@ -7,7 +7,8 @@ or longer, since it sees the host as it is (no tmpfs covers the homes, no uid dr
 so its rules are never wider. It hands the worker a new ruleset per fork (a worker adds its own
 rules to it); the worker adds what only it has (`landlock.apply_landlock`).
 
-A plan is reused for forks within `REUSE_S` of its making, for the same inputs and import path:
+A plan is reused for forks within `REUSE_S` of its making, for the same inputs and import path (its
+paths held open meanwhile, so each fork's ruleset costs one syscall per rule: `landlock.Folders`):
 rules are a snapshot of the filesystem in any case (a pooled worker keeps its rules for its whole
 life), and a worker forked from a plan made a second ago is no staler than a warm worker a second
 old. Back-to-back starts, where the planning would be the zygote's bottleneck, share one plan.
@@ -39,6 +40,17 @@ class _Plan:
         self.planned = planned
         self.denied = tuple(sorted(denied))
         self.made = time.monotonic()
+        self.folders: landlock.Folders | None = None
+        """The planned paths held open while the plan serves forks (opened at its first)."""
+
+    def build(self, abi: int, deny_tcp: bool) -> int:
+        if self.folders is None:
+            self.folders = landlock.Folders(self.planned, abi)
+        return self.folders.build(deny_tcp)
+
+    def close(self) -> None:
+        if self.folders is not None:
+            self.folders.close()
 
 
 class Planner:
@@ -56,7 +68,7 @@ class Planner:
         abi = syscalls.landlock_abi()
         plan = self._plan((writable, readable_paths, tuple(sys.path)))
         return PreparedRules(
-            fd=landlock.build(plan.planned, abi, deny_tcp),
+            fd=plan.build(abi, deny_tcp),
             abi=abi,
             rules=len(plan.planned),
             sys_path=tuple(sys.path),
@@ -68,14 +80,15 @@ class Planner:
 
     def _plan(self, key: _Key) -> _Plan:
         now = time.monotonic()
+        for stale in [k for k, p in self._plans.items() if now - p.made > REUSE_S]:
+            self._plans.pop(stale).close()  # Never used again: it would be planned afresh.
         plan = self._plans.get(key)
-        if plan is not None and now - plan.made <= REUSE_S:
+        if plan is not None:
             return plan
         writable, readable_paths, _ = key
         denied = readable.denied_paths()
         plan = _Plan(landlock.rules(writable, readable_paths, denied), denied)
-        self._plans.pop(key, None)
         self._plans[key] = plan
         while len(self._plans) > _KEPT_PLANS:
-            del self._plans[next(iter(self._plans))]  # The least recently made.
+            self._plans.pop(next(iter(self._plans))).close()  # The least recently made.
         return plan

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox
-from stockade.sandbox.isolation import landlock, namespaces, readable
+from stockade.sandbox.isolation import landlock, namespaces, readable, syscalls
 from stockade.sandbox.isolation import planner as planner_module
 from stockade.sandbox.isolation.planner import Planner
 from stockade.sandbox.wire.protocol import PreparedRules
@@ -246,3 +247,35 @@ def test_a_plan_serves_later_forks_only_for_a_moment(user: Any, monkeypatch: pyt
     finally:
         (folder / "other").unlink()
         folder.rmdir()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_plan_holds_its_folders_open_only_while_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote keeps a plan's folders open for the forks it serves (one syscall per rule each), and
+    closes them once the plan is stale: a zygote serving many policies must not run out of fds."""
+    planner = Planner()
+    before = _open_fds()
+    for _ in range(3):
+        landlock.release(planner.prepare((), deny_tcp=False))
+    held = _open_fds() - before
+    assert held > 10  # the plan's folders, opened once for the three forks
+    monkeypatch.setattr(planner_module, "REUSE_S", 0.0)
+    landlock.release(planner.prepare((), deny_tcp=False))  # the stale plan is replaced
+    assert _open_fds() - before == held
+
+
+def test_folders_that_cannot_all_be_opened_are_refused_not_narrowed() -> None:
+    """Out of fds is not a missing path: a plan built without some of its folders would deny workers
+    what their rules grant, so the zygote refuses it (the worker then plans on its own)."""
+    planned = landlock.rules(())
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_open_fds() + len(planned) // 2, hard))
+    try:
+        with pytest.raises(OSError) as raised:
+            landlock.Folders(planned, syscalls.landlock_abi())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert raised.value.errno == errno.EMFILE
