@@ -40,7 +40,7 @@ import traceback
 from pathlib import Path
 
 import msgspec
-from stockade.sandbox.isolation import tree
+from stockade.sandbox.isolation import syscalls, tree
 from stockade.sandbox.isolation.idmap import MappingCache
 from stockade.sandbox.isolation.layers import prepare_idmaps, prepare_landlock
 from stockade.sandbox.isolation.planner import Planner
@@ -73,17 +73,6 @@ _MAPPINGS = MappingCache()
 """The user namespaces that idmap workers' folders onto their slot uids (root only)."""
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
-
-
-def _close_all_but(keep: set[int]) -> None:
-    """Close every fd except those in `keep` (the worker must hold only its own pipes). A range at a
-    time (close_range(2)): the zygote holds a Landlock plan's folders open, a few hundred fds."""
-    low = 0
-    for fd in sorted(keep):
-        if fd > low:  # An empty range is not a no-op: close_range would get last = -1, every fd.
-            os.closerange(low, fd)
-        low = max(low, fd + 1)
-    os.closerange(low, os.sysconf("SC_OPEN_MAX"))  # the zygote's soft limit: no fd is above it
 
 
 def _rewrite_proc_environ(env: dict[str, str], priority: tuple[str, ...]) -> bool:
@@ -129,7 +118,7 @@ def _become_worker(request: ForkRequest, fds: list[int], config: dict[str, objec
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         # The worker closes the ruleset and the mappings before any tool runs.
-        _close_all_but({0, 1, 2, req_r, rep_w, *_prepared_fds(config)})
+        syscalls.close_fds_but({0, 1, 2, req_r, rep_w, *_prepared_fds(config)})
         _adopt_env(request.env, request.markers)
         os.chdir(request.cwd)
         config.update(request_fd=req_r, reply_fd=rep_w)

@@ -191,16 +191,9 @@ def _die_with_parent(alive_r: int) -> None:
         os._exit(1)
 
 
-def _close_fds_but(keep: set[int]) -> None:
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
-            with contextlib.suppress(OSError):
-                os.close(int(name))
-
-
 def _init(worker: int, status_w: int, alive_w: int) -> NoReturn:
     """pid 1: reap every process until the worker ends, hand its status outward, exit."""
-    _close_fds_but({2, status_w, alive_w})
+    syscalls.close_fds_but({2, status_w, alive_w})
     code = 1
     try:
         while True:
@@ -219,7 +212,7 @@ def _outer(init: int, status_r: int, alive_w: int) -> NoReturn:
     ignores SIGTERM, which the tree kill sends the whole process group: the worker gets its grace
     period to act on it; SIGKILL after the grace ends this process, and with it the namespace."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _close_fds_but({2, status_r, alive_w})
+    syscalls.close_fds_but({2, status_r, alive_w})
     status = 1 << 8
     try:
         _, init_status = os.waitpid(init, 0)

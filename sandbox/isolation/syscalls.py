@@ -12,6 +12,7 @@ import ctypes.util
 import errno
 import os
 import sys
+from collections.abc import Collection
 
 __all__ = [
     "AT_RECURSIVE",
@@ -29,6 +30,7 @@ __all__ = [
     "PR_SET_CHILD_SUBREAPER",
     "PR_SET_DUMPABLE",
     "PR_SET_NO_NEW_PRIVS",
+    "close_fds_but",
     "landlock_abi",
     "landlock_add_rule",
     "landlock_create_ruleset",
@@ -188,3 +190,19 @@ def landlock_restrict_self(ruleset_fd: int) -> None:
         ctypes.c_uint32(0),
         what="landlock_restrict_self",
     )
+
+
+def close_fds_but(keep: Collection[int]) -> None:
+    """Close every fd of this process except those in `keep`, a range at a time (close_range(2)):
+    a forked worker inherits a Landlock plan's folders from the zygote, a few hundred fds."""
+    try:
+        top = max(int(name) for name in os.listdir("/proc/self/fd")) + 1
+    except (OSError, ValueError):  # no /proc: the soft limit bounds every fd opened under it
+        top = os.sysconf("SC_OPEN_MAX")
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:  # An empty range is not a no-op: close_range would get last = -1, every fd.
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+    if top > low:
+        os.closerange(low, top)

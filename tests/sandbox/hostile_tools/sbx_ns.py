@@ -200,7 +200,14 @@ def signal_pid(pid: int) -> str:
     return "ok"
 
 
+@tool
+def workdir() -> str:
+    """The folder this tool runs in (its sandbox's workdir, as the host names it)."""
+    return os.getcwd()
+
+
 TOOLS = [
+    workdir,
     signal_pid,
     unmount,
     loaded,

@@ -45,19 +45,27 @@ def _stockade_tmpfs() -> dict[str, str]:
     return found
 
 
+async def _workdir(sandbox: Sandbox) -> str:
+    """The sandbox's shared workdir, as its tool names it: each test looks at its own folder only
+    (other tests' sandboxes mount their caps in this namespace at the same time)."""
+    outcome = await _run(sandbox, "workdir")
+    assert outcome.kind == "completed", outcome
+    return str(outcome.content()[0]["text"])
+
+
 def test_writes_past_disk_in_the_shared_workdir_are_over_limit_disk() -> None:
-    before = _stockade_tmpfs()
-    seen: dict[str, str] = {}
+    seen: list[str] = []
 
     async def scenario(sandbox: Sandbox) -> None:
+        seen.append(await _workdir(sandbox))
         outcome = await _run(sandbox, "fill_disk", paths=["big.bin"], mib=24)
         assert isinstance(outcome, OverLimit), outcome
         assert outcome.resource == "disk", outcome
-        seen.update({path: opts for path, opts in _stockade_tmpfs().items() if path not in before})
+        seen.append(_stockade_tmpfs().get(seen[0], "no tmpfs there"))
 
     kit.in_sandbox(scenario, default=_policy(disk_bytes=8 * MIB))
-    assert len(seen) == 1, seen
-    ((path, opts),) = seen.items()
+    path, opts = seen
+    assert path.startswith("/tmp/stockade-"), path
     assert "size=8192k" in opts and "nr_inodes=100000" in opts, opts
     assert path not in _stockade_tmpfs() and not os.path.exists(path), "the cap outlived its sandbox"
 
@@ -77,12 +85,11 @@ def test_the_cap_is_the_largest_disk_of_the_tools_sharing_it() -> None:
 
 
 def test_a_tool_with_unlimited_disk_leaves_the_workdir_a_plain_folder() -> None:
-    before = _stockade_tmpfs()
-
     async def scenario(sandbox: Sandbox) -> None:
+        path = await _workdir(sandbox)
         outcome = await _run(sandbox, "fill_disk", paths=["big.bin"], mib=12)
         assert outcome.kind == "completed", outcome
-        assert _stockade_tmpfs() == before
+        assert path.startswith("/tmp/stockade-") and path not in _stockade_tmpfs(), path
 
     kit.in_sandbox(
         scenario, default=_policy(disk_bytes=4 * MIB), policies={"fill_disk": _policy(disk_bytes=None)}
