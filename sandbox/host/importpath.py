@@ -17,12 +17,12 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from stockade.sandbox.paths import within_any
 
-__all__ = ["ImportFolder", "default_import_paths"]
+__all__ = ["ImportFolder", "default_import_paths", "find_module", "imports_directly"]
 
 
 def default_import_paths() -> list[str]:
@@ -35,6 +35,58 @@ def default_import_paths() -> list[str]:
         if os.path.isdir(folder) and not within_any(folder, interpreter) and folder not in found:
             found.append(folder)
     return found
+
+
+def find_module(sources: Sequence[str], parts: list[str]) -> tuple[Path, str] | None:
+    """The file or package folder in `sources` that provides module `parts` (its first regular
+    package or module file), and its path relative to its source; looked up, never imported."""
+    for source in sources:
+        base = Path(source)
+        for depth, part in enumerate(parts):
+            rel = "/".join(parts[: depth + 1])
+            if (base / part / "__init__.py").is_file():
+                return base / part, rel
+            if depth == len(parts) - 1 and (base / f"{part}.py").is_file():
+                return base / f"{part}.py", f"{rel}.py"
+            if not (base / part).is_dir():
+                break
+            base = base / part  # a namespace package: look one level deeper
+    return None
+
+
+def imports_directly(sources: Sequence[str], refs: Iterable[str], package: str) -> bool:
+    """Whether the module of some `MODULE:ATTR` reference, as found in `sources`, has an `import
+    package` or `from package import` statement of its own (read, never run; an import made
+    elsewhere is not seen). Lets the zygote import that package before the worker that describes
+    the references forks."""
+    return any(_imports(path, package) for path in _module_files(sources, refs))
+
+
+def _module_files(sources: Sequence[str], refs: Iterable[str]) -> Iterator[Path]:
+    """The source file of each reference's module, the first one `sources` have."""
+    for ref in refs:
+        rel = ref.partition(":")[0].replace(".", "/")
+        names = (f"{rel}.py", f"{rel}/__init__.py")
+        found = next((path for s in sources for n in names if (path := Path(s, n)).is_file()), None)
+        if found is not None:
+            yield found
+
+
+def _imports(path: Path, package: str) -> bool:
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return False  # the worker's own import will report it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(name.partition(".")[0] == package for name in names):
+            return True
+    return False
 
 
 # Never copied: byte code is compiled afresh from the copies, and dot files (`.env`, `.git`) are not code.
@@ -69,25 +121,9 @@ class ImportFolder:
             if module in self._seen:
                 continue
             self._seen.add(module)
-            found = self._find(module.split("."))
+            found = find_module(self.sources, module.split("."))
             if found is not None and found[1] not in self._copied:
                 self._copy(*found)
-
-    def _find(self, parts: list[str]) -> tuple[Path, str] | None:
-        """The file or package folder that provides `parts` (its first regular package or module
-        file), and its path relative to its source."""
-        for source in self.sources:
-            base = Path(source)
-            for depth, part in enumerate(parts):
-                rel = "/".join(parts[: depth + 1])
-                if (base / part / "__init__.py").is_file():
-                    return base / part, rel
-                if depth == len(parts) - 1 and (base / f"{part}.py").is_file():
-                    return base / f"{part}.py", f"{rel}.py"
-                if not (base / part).is_dir():
-                    break
-                base = base / part  # a namespace package: look one level deeper
-        return None
 
     def _copy(self, source: Path, rel: str) -> None:
         target = Path(self.path, rel)
@@ -101,28 +137,8 @@ class ImportFolder:
         self._copied[rel] = source
 
     def imports_directly(self, refs: Iterable[str], package: str) -> bool:
-        """Whether the copied module of some reference has an `import package` or `from package
-        import` statement of its own (read, never run; an import made elsewhere is not seen). Lets
-        the zygote import that package before the worker that describes the references forks."""
-        return any(self._imports(ref.partition(":")[0], package) for ref in refs)
-
-    def _imports(self, module: str, package: str) -> bool:
-        rel = module.replace(".", "/")
-        for candidate in (Path(self.path, f"{rel}.py"), Path(self.path, rel, "__init__.py")):
-            try:
-                tree = ast.parse(candidate.read_bytes())
-            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-                continue  # not copied, or the worker's own import will report it
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue
-                if any(name.partition(".")[0] == package for name in names):
-                    return True
-        return False
+        """Whether the copied module of some reference imports `package` itself (see the function)."""
+        return imports_directly([self.path], refs, package)
 
     def original(self, text: str) -> str:
         """`text` (a worker's load error) with each copy's path put back as the user's own file, so a

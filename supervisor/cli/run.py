@@ -213,18 +213,20 @@ def confirmation_warning(config: PolicyConfig) -> str | None:
     )
 
 
-def early_zygote(config: PolicyConfig) -> SharedZygote:
+def early_zygote(config: PolicyConfig, refs: Sequence[str]) -> SharedZygote:
     """The run's zygote, exec'd at once (before this process imports `anthropic`), so that its start
-    runs while this process imports and connects. On a host with a CPU to spare it preloads `anthropic`
-    too — in parallel, so at no cost to the run — and the worker that describes the tools forks with
-    it imported already: SDK tools (`beta_tool`) then import in milliseconds. Its other preloads are
-    `[run] preload`'s installed libraries (never a tool module)."""
+    runs while this process imports and connects. It preloads `[run] preload`'s installed libraries
+    (never a tool module) and `anthropic` when a tool module's own source imports it (read, not run):
+    the worker that describes the tools then forks with it imported, and SDK tools (`beta_tool`)
+    import in milliseconds. Other tools do not wait for it: the zygote says it is ready only once
+    its preloads are imported, and `anthropic` takes seconds."""
+    from stockade.sandbox.host.importpath import default_import_paths, imports_directly
     from stockade.sandbox.host.zygote import SharedZygote, zygote_env
     from stockade.sandbox.wire.zygote import SDK_PRELOAD
 
-    spare_cpu = len(os.sched_getaffinity(0)) > 1
-    preload = (*config.run.preload, *(SDK_PRELOAD if spare_cpu else ()))
-    zygote = SharedZygote(zygote_env(f"run-{os.getpid()}"), preload=preload)
+    sources, all_refs = default_import_paths(), [*config.tool_refs, *refs]
+    sdk = SDK_PRELOAD if imports_directly(sources, all_refs, SDK_PRELOAD[0]) else ()
+    zygote = SharedZygote(zygote_env(f"run-{os.getpid()}"), preload=(*config.run.preload, *sdk))
     zygote.spawn()
     return zygote
 
@@ -243,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         refuse_exposed(config, state_dir=state_dir)  # `--state-dir`: the load checked the default one
     setup_logging(args.verbose, printed_by_cli=_TAPPED)
-    zygote = early_zygote(config)
+    zygote = early_zygote(config, refs)
     try:
         return _serve_session(args, settings, config, refs, zygote)
     finally:

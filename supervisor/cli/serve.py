@@ -198,15 +198,10 @@ def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
     """The zygote of every served session: `[run] preload`'s installed libraries, and `anthropic` when
     a tool module's own source imports it (its `beta_tool`s then import in milliseconds in a worker)."""
     from stockade.sandbox import SharedZygote, zygote_env
-    from stockade.sandbox.host.importpath import ImportFolder, default_import_paths
+    from stockade.sandbox.host.importpath import default_import_paths, imports_directly
     from stockade.sandbox.wire.zygote import SDK_PRELOAD
 
-    folder = ImportFolder(default_import_paths())
-    try:
-        folder.add(refs)
-        sdk = SDK_PRELOAD if folder.imports_directly(refs, SDK_PRELOAD[0]) else ()
-    finally:
-        folder.close()
+    sdk = SDK_PRELOAD if imports_directly(default_import_paths(), refs, SDK_PRELOAD[0]) else ()
     zygote = SharedZygote(zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk))
     zygote.spawn()  # Before the engine's and anthropic's imports: the zygote's start overlaps them.
     return zygote
