@@ -72,6 +72,8 @@ async def _catalogue(d: Driver, bombs: Sandbox, killed: Sandbox) -> None:
     await d.attempt("list_ssh_py", "list_dir", f"{home}/.ssh")
     await d.attempt("read_aws_py", "read_file", f"{home}/.aws/credentials")
     await d.attempt("list_home_py", "list_dir", home)
+    # The namespace's init holds every capability of the worker's user namespace, and the host's mounts.
+    await d.attempt("via_init", "via_init", f"{home}/.ssh/id_rsa")
     cat = f"cat {home}/.ssh/id_rsa {home}/.aws/credentials; ls -a {home}/.ssh; cat ~/.ssh/id_rsa; echo done"
     await d.run("read_secrets_bash", "stockade.tools.builtin:bash", "bash", thread="t1", command=cat)
     await d.attempt("write_home", "write_file", f"{home}/pwned")

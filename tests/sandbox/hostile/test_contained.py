@@ -8,8 +8,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import site
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +160,30 @@ def test_writes_to_proc_sys_sys_and_cgroup_files() -> None:
     batch = [("write_existing", knob) for knob in KNOBS if os.path.exists(knob)]
     results = run_batch([*batch, ("own_cgroup_files", "")])
     assert escaped(results) == {}
+
+
+@pytest.fixture
+def hidden_file() -> Iterator[Path]:
+    """A world-readable file in the host's /tmp, which a worker's private /tmp hides."""
+    folder = Path(tempfile.mkdtemp(prefix="stockade-test-hidden-", dir="/tmp"))
+    folder.chmod(0o755)
+    secret = folder / "secret.txt"
+    secret.write_text("hidden from workers\n")
+    secret.chmod(0o644)
+    yield secret
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("disabled", ["", "landlock,seccomp"])
+def test_the_namespace_init_is_no_way_out_of_the_mounts(
+    hidden_file: Path, disabled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The init of a worker's PID namespace lives in the host's mount namespace: its /proc entries
+    (root, cwd, fds, memory) would be a way around the worker's mounts. The kernel refuses them to
+    the worker (another uid as root; fewer capabilities without root), with or without Landlock
+    and seccomp on top."""
+    if disabled:
+        monkeypatch.setenv("STOCKADE_DISABLE_LAYERS", disabled)
+    assert "hidden" in Path(f"/proc/{os.getpid()}/root{hidden_file}").read_text()  # the route, from here
+    results = run_batch([("via_init", str(hidden_file)), ("read_file", str(hidden_file))])
+    assert not escaped(results), results

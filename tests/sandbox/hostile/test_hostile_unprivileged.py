@@ -75,7 +75,7 @@ def test_runs_unprivileged_with_read_confinement(run: dict[str, Any]) -> None:
     assert run["report"]["landlock"] == "on" and run["report"]["seccomp"] == "on"
 
 
-@pytest.mark.parametrize("key", ["read_ssh_py", "list_ssh_py", "read_aws_py", "list_home_py"])
+@pytest.mark.parametrize("key", ["read_ssh_py", "list_ssh_py", "read_aws_py", "list_home_py", "via_init"])
 def test_planted_secrets_unreadable_from_python(run: dict[str, Any], key: str) -> None:
     assert _blocked(run[key]), run[key]
 

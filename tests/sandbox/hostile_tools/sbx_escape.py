@@ -229,6 +229,24 @@ def key_hunt_files(canary: str) -> str:
     return f"ESCAPED: {found}" if found else "blocked: not found"
 
 
+def via_init(path: str) -> str:
+    """Reach outside the worker's mount namespace through its PID namespace's init (pid 1), which
+    was forked before the worker's mounts: `path` below the init's root, its root and cwd
+    themselves, its environment, memory and every fd it holds."""
+    targets = [f"/proc/1/root{path}", "/proc/1/root/.", "/proc/1/cwd/.", "/proc/1/environ", "/proc/1/mem"]
+    with contextlib.suppress(OSError):
+        targets += [f"/proc/1/fd/{fd}" for fd in os.listdir("/proc/1/fd")]
+    opened, errnos = [], set()
+    for target in targets:
+        try:
+            os.close(os.open(target, os.O_RDONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            errnos.add(_errname(exc.errno or 0))
+        else:
+            opened.append(target)
+    return f"ESCAPED: opened {opened}" if opened else "blocked: " + ",".join(sorted(errnos))
+
+
 def signal_target(target: str) -> str:
     """Signal 0 (the permission check of every signal) to a pid outside the worker."""
     try:
@@ -399,6 +417,7 @@ ATTACKS: dict[str, Callable[[str], str]] = {
     "key_hunt_proc": key_hunt_proc,
     "key_hunt_files": key_hunt_files,
     "signal_target": signal_target,
+    "via_init": via_init,
     "write_file": write_file,
     "write_existing": write_existing,
     "own_cgroup_files": own_cgroup_files,
