@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import re
+import select
 import signal
 import time
 from pathlib import Path
@@ -35,6 +36,7 @@ _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 _OOM_KILLS = re.compile(rb"^oom_kill (\d+)$", re.MULTILINE)
 _MAX_HITS = re.compile(rb"^max (\d+)$", re.MULTILINE)
 _USAGE_USEC = re.compile(rb"^usage_usec (\d+)$", re.MULTILINE)
+_POPULATED = re.compile(rb"^populated 1$", re.MULTILINE)
 
 
 class CgroupLayout(msgspec.Struct, frozen=True):
@@ -188,6 +190,8 @@ class WorkerCgroup:
         self.memory_dir = os.path.join(layout.memory_v1 or layout.unified or "", leaf)
         self.pids_dir = os.path.join(layout.pids_v1 or layout.unified or "", leaf)
         self.unified_dir = os.path.join(layout.unified, leaf) if layout.unified else None
+        self._suffix = f"/{STOCKADE_DIR}/{leaf}"
+        """How /proc/<pid>/cgroup names this cgroup in each hierarchy (its lines end so)."""
         self.has_memory = layout.memory_v1 is not None or layout.v2_limits
         self.has_pids = layout.pids_v1 is not None or layout.v2_limits
         self.dirs = sorted(
@@ -246,8 +250,17 @@ class WorkerCgroup:
             Path(path, "cgroup.procs").write_text(str(pid))
 
     def pids(self) -> set[int]:
-        """Every process currently in the cgroup (any hierarchy)."""
-        return _procs(self.dirs)
+        """Every process currently in the cgroup (any hierarchy); none read when it is empty."""
+        return _procs(self.dirs) if _populated(self.dirs, self.unified_dir) else set()
+
+    def contains(self, pid: int) -> bool:
+        """Whether process `pid` is in this cgroup (one read of its /proc/<pid>/cgroup, not of
+        every member list)."""
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            return False
+        return any(line.endswith(self._suffix) for line in lines)
 
     def kill_all(self, timeout_s: float) -> bool:
         """SIGKILL everything in the cgroup until it is empty; True if it emptied in time."""
@@ -321,10 +334,15 @@ def _procs(dirs: list[str]) -> set[int]:
 
 
 def _kill_dirs(dirs: list[str], unified_dir: str | None, timeout_s: float) -> bool:
-    """cgroup.kill (v2) and SIGCONT+SIGKILL every listed pid (v1) until empty; True if emptied."""
+    """cgroup.kill (v2) and SIGCONT+SIGKILL every listed pid (v1) until empty; True if emptied.
+
+    After a `cgroup.kill` the kernel kills every member (in every hierarchy: a process is in all of
+    them at once), so the wait is for `cgroup.events` to say "populated 0", woken by its change; a
+    v1 `cgroup.procs` read builds and sorts a pid list each time, too dear to poll."""
     deadline = time.monotonic() + timeout_s
-    if unified_dir is not None:
-        _write(os.path.join(unified_dir, "cgroup.kill"), "1")
+    killed = unified_dir is not None and _write(os.path.join(unified_dir, "cgroup.kill"), "1")
+    if killed and unified_dir is not None and _wait_unpopulated(unified_dir, deadline):
+        return True
     while True:
         alive = _procs(dirs)
         if not alive:
@@ -333,6 +351,30 @@ def _kill_dirs(dirs: list[str], unified_dir: str | None, timeout_s: float) -> bo
             return False
         _kill_members(dirs, alive)  # v1 has no cgroup.kill; pids.max bounds the fork race
         time.sleep(KILL_POLL_S)
+
+
+def _wait_unpopulated(unified_dir: str, deadline: float) -> bool:
+    """Wait until the v2 cgroup `unified_dir` has no live process (or until the monotonic
+    `deadline`); True once empty. kernfs wakes a poll for POLLPRI when the file changes; the
+    poll's timeout only bounds a missed wake-up."""
+    try:
+        fd = os.open(os.path.join(unified_dir, "cgroup.events"), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLPRI | select.POLLERR)
+        while True:
+            if _POPULATED.search(os.pread(fd, 256, 0)) is None:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            poller.poll(min(remaining, KILL_POLL_S) * 1000)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _kill_members(dirs: list[str], pids: set[int]) -> None:
@@ -354,8 +396,17 @@ def _kill_members(dirs: list[str], pids: set[int]) -> None:
             os.close(fd)
 
 
+def _populated(dirs: list[str], unified_dir: str | None) -> bool:
+    """Whether the cgroup has a live process: v2 says so in `cgroup.events` (a process is in every
+    hierarchy at once); without v2, whether any member list has one."""
+    if unified_dir is not None:
+        with contextlib.suppress(OSError):
+            return _POPULATED.search(Path(unified_dir, "cgroup.events").read_bytes()) is not None
+    return bool(_procs(dirs))
+
+
 def _remove_dirs(dirs: list[str], unified_dir: str | None) -> None:
-    if _procs(dirs):
+    if _populated(dirs, unified_dir):
         _kill_dirs(dirs, unified_dir, RMDIR_RETRY_S)
     for path in dirs:
         _rmdir(path)

@@ -75,7 +75,7 @@ def _alive_pid(pid: int) -> bool:
 
 def _is_ours(pid: int, cgroup: WorkerCgroup | None, marker: str) -> bool:
     """Whether `pid` is in the worker's cgroup or carries its marker."""
-    if cgroup is not None and pid in cgroup.pids():
+    if cgroup is not None and cgroup.contains(pid):
         return True
     with contextlib.suppress(psutil.Error):
         return bool(psutil.Process(pid).environ().get(MARKER_ENV) == marker)

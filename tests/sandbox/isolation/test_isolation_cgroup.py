@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 from stockade.sandbox.isolation.cage import probe
-from stockade.sandbox.isolation.cgroup import discover_layout, sweep_stale
+from stockade.sandbox.isolation.cgroup import WorkerCgroup, discover_layout, sweep_stale
 from stockade.sandbox.policy import MIB, ResourcePolicy
 
 from .. import isolation_harness
@@ -153,3 +155,32 @@ def test_sweep_removes_cgroups_of_dead_supervisors() -> None:
         for path in (*stale, *live):
             if os.path.exists(path):
                 os.rmdir(path)
+
+
+def test_a_cgroup_knows_its_members_and_is_empty_after_kill_all() -> None:
+    """Membership from /proc/<pid>/cgroup and v2's `cgroup.events`, and the kill that waits for
+    "populated 0" instead of reading the member lists: real processes in a real worker cgroup."""
+    need_cgroup()
+    cgroup = WorkerCgroup(discover_layout(), f"members-{os.getpid()}")
+    cgroup.create(None, None)
+    procs = [subprocess.Popen(["/bin/sleep", "60"]) for _ in range(3)]
+    outsider = subprocess.Popen(["/bin/sleep", "60"])
+    try:
+        for proc in procs:
+            cgroup.attach(proc.pid)
+        assert cgroup.pids() == {p.pid for p in procs}
+        assert all(cgroup.contains(p.pid) for p in procs) and not cgroup.contains(outsider.pid)
+        assert not cgroup.contains(os.getpid())
+        assert cgroup.kill_all(KILL_BOUND_S)
+        assert [p.wait(5) for p in procs] == [-signal.SIGKILL] * 3
+        assert cgroup.pids() == set() and outsider.poll() is None
+        for path in cgroup.dirs:  # every hierarchy agrees, not just the one that was asked
+            assert Path(path, "cgroup.procs").read_text() == "", path
+    finally:
+        outsider.kill()
+        outsider.wait(5)
+        for proc in procs:
+            proc.kill()
+            proc.wait(5)
+        cgroup.close()
+    assert not any(os.path.exists(d) for d in cgroup.dirs)
