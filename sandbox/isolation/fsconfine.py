@@ -5,7 +5,8 @@ Inside the worker's own mount namespace:
   `disk` (a write past it fails with ENOSPC); with `disk` unlimited, each is its own 64 MiB tmpfs.
   The sandbox's shared temporary workdir outlives the worker, so its cap is the supervisor's
   (`scratch`): it is bound back like any writable path;
-- in a PID namespace of its own, the worker gets a fresh `/proc` showing only its namespace's pids;
+- in a PID namespace of its own, the worker then mounts a fresh `/proc` showing only its namespace's
+  pids (`mount_fresh_proc`: the namespace is entered after the mounts, see `layers`);
 - secret directories (`/root`, `/home`, `/run`, `/etc/ssh`, ...) are covered by empty tmpfs mounts and
   secret files (`/etc/shadow`, ...) by `/dev/null`;
 - the interpreter, `sys.path` and `policy.read_only_paths` that lived under a covered directory are
@@ -46,6 +47,7 @@ HIDDEN_DIR_BYTES = 1 << 20
 DISK_PARTS = ".stockade-disk"
 STAGING_DIR = "/tmp"
 MS_NOEXEC = 8
+MS_RDONLY = 1
 HIDDEN_DIR_MODE = "0711"  # traversable, not listable: lets the worker reach bound-back paths
 
 
@@ -109,8 +111,6 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     workdir: str
     writable: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
-    fresh_proc: bool = False
-    """Mount a new `/proc` (the worker is in a PID namespace of its own: it then shows only its pids)."""
     disk_bytes: int | None = None
     """Size of the one tmpfs behind the private tmp dirs; None: 64 MiB each."""
 
@@ -152,8 +152,6 @@ def confine_filesystem(view: View) -> str:
     ]
     syscalls.unshare(syscalls.CLONE_NEWNS)
     syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
-    if view.fresh_proc:
-        syscalls.mount("proc", "/proc", "proc", syscalls.MS_NOSUID | syscalls.MS_NODEV | MS_NOEXEC)
     fds = _open_keep([*ro_paths, *rw_paths])
     try:
         if disk_on and view.disk_bytes is not None:
@@ -174,5 +172,13 @@ def confine_filesystem(view: View) -> str:
     disk = f"{view.disk_bytes} bytes" if disk_on else "unlimited"
     return (
         f"ro root, private {','.join(tmp_dirs)}, hidden {','.join(hidden)}, {len(writable)} writable, "
-        f"disk {disk}" + (", own /proc" if view.fresh_proc else "")
+        f"disk {disk}"
     )
+
+
+def mount_fresh_proc() -> None:
+    """Mount a new `/proc` over the host's, read-only like the rest (raises OSError): in a PID
+    namespace of its own, it shows only the namespace's processes. Its flags include the host's
+    locked nosuid, nodev and noexec, or a user namespace may not mount it at all."""
+    flags = MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV | MS_NOEXEC
+    syscalls.mount("proc", "/proc", "proc", flags)

@@ -1,10 +1,11 @@
 """The worker-side layers, applied in order inside the worker before any tool code is imported.
 
 Order matters. As non-root, a user namespace comes first (it maps the user's own uid and gives the
-capabilities the other namespaces need inside it). Then the IPC and network namespaces (they fork
-nothing, so they go while the supervisor is still moving the worker into its cgroup), the PID
-namespace (the worker forks: it becomes pid 2 under a tiny init, and must already be in its
-cgroup), the mount namespace (it mounts the PID namespace's own `/proc`); then the uid drop
+capabilities the other namespaces need inside it). Then the IPC, network and mount namespaces (they
+fork nothing, so they go while the supervisor is still moving the worker into its cgroup, which takes
+milliseconds), the PID namespace (the worker forks: it becomes pid 2 under a tiny init, and must
+already be in its cgroup; the init is born inside the worker's mounts) and its own `/proc` (which a
+user namespace may mount only with the host's locked flags); then the uid drop
 (root only; it also drops every capability), a fresh keyring (after the drop, so it is the slot uid's),
 no_new_privs, which Landlock needs as a non-root caller; Landlock after the final mount layout,
 because its path rules resolve when they are added; seccomp last of all, just before tool modules are
@@ -155,15 +156,22 @@ def _no_new_privs() -> str:
     return "set"
 
 
-def _pidns() -> str:
-    if os.environ.get(CGROUP_ENV) == ON:
-        # The init and the worker are forked now: they must be born inside the worker's cgroup, in
-        # every hierarchy (the supervisor writes them one at a time).
-        namespaces.wait_for_cgroup(os.environ.get(MARKER_ENV, ""), int(os.environ.get(CGROUPS_ENV, "1")))
-    detail = namespaces.enter_pidns()
-    if os.environ.get(SUBREAPER_ENV) == "1":
-        namespaces.make_subreaper()  # the forked worker is a new process
-    return detail
+def _pidns_step(mountns_on: bool) -> Callable[[], str]:
+    def enter() -> str:
+        if os.environ.get(CGROUP_ENV) == ON:
+            # The init and the worker are forked now: they must be born inside the worker's cgroup,
+            # in every hierarchy (the supervisor writes them one at a time, while the mounts were made).
+            marker, hierarchies = os.environ.get(MARKER_ENV, ""), int(os.environ.get(CGROUPS_ENV, "1"))
+            namespaces.wait_for_cgroup(marker, hierarchies)
+        detail = namespaces.enter_pidns()
+        if os.environ.get(SUBREAPER_ENV) == "1":
+            namespaces.make_subreaper()  # the forked worker is a new process
+        if mountns_on:
+            # Fails closed: a /proc that lists the host's processes is no PID namespace of its own.
+            fsconfine.mount_fresh_proc()
+        return detail
+
+    return enter
 
 
 def _drop_userns_capabilities(run: _Run) -> None:
@@ -209,12 +217,11 @@ def _landlock_step(
     )
 
 
-def _mountns_step(policy: ResourcePolicy, workdir: Path, pidns_on: bool) -> Callable[[], str]:
+def _mountns_step(policy: ResourcePolicy, workdir: Path) -> Callable[[], str]:
     view = fsconfine.View(
         workdir=str(workdir),
         writable=policy.writable_paths,
         readable=policy.read_only_paths,
-        fresh_proc=pidns_on,
         disk_bytes=policy.disk_bytes,
     )
     return lambda: fsconfine.confine_filesystem(view)
@@ -243,21 +250,21 @@ def apply_worker_layers(
         os.close(fd)
     userns_on = run.step("userns", namespaces.enter_userns, "root uses slot uids instead" if root else None)
     privileged = root or userns_on
-    # Before the PID namespace, which waits for the supervisor's move into the cgroup: these two
+    # Before the PID namespace, which waits for the supervisor's move into the cgroup: these
     # fork nothing, so they need not be inside it, and they overlap the move instead of following it.
     run.step("ipcns", namespaces.enter_ipcns if privileged else _needs_privilege)
     private_net = policy.network in ("none", "allowlist")
     loopback = policy.network == "allowlist"
     netns_off = None if private_net else f"network={policy.network}"
     run.step("netns", lambda: _netns(privileged, loopback), netns_off)
-    run.step("pidns", _pidns if privileged else _needs_privilege)
-    pidns_on = run.report["pidns"] == ON
-    confine = _mountns_step(policy, workdir, pidns_on) if privileged else _needs_privilege
-    mountns_on = run.step("mountns", confine)
+    # The mounts before the PID namespace, whose forks wait for the supervisor's move into the
+    # cgroup: the mounts fork nothing, so they overlap the move; the init is then born confined.
+    mountns_on = run.step("mountns", _mountns_step(policy, workdir) if privileged else _needs_privilege)
     owned = writable
     if idmapped:
         owned = owners.owned_paths(writable, mappings, mountns_on)
         os.chdir(workdir)  # An idmapped workdir is a new mount: the old cwd is the one below it.
+    run.step("pidns", _pidns_step(mountns_on) if privileged else _needs_privilege)
     if userns_on:
         _drop_userns_capabilities(run)
     uid_on = run.step("uid", _uid_step(mountns_on, owned) if root else _needs_root)
