@@ -73,20 +73,36 @@ def _module_files(sources: Sequence[str], refs: Iterable[str]) -> Iterator[Path]
 
 
 def _imports(path: Path, package: str) -> bool:
+    return package in _top_level_imports(path)
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The top-level names of the absolute imports in the source file `path` (none if unreadable:
+    the worker's own import will report it)."""
     try:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return False  # the worker's own import will report it
+        return set()
+    names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
+            names.update(alias.name.partition(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
-        else:
-            continue
-        if any(name.partition(".")[0] == package for name in names):
-            return True
-    return False
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def _imported_names(found: Path) -> list[str]:
+    """The top-level names the module file or package folder `found` imports absolutely."""
+    if not found.is_dir():
+        return sorted(_top_level_imports(found))
+    # As copied: no dot folders (a package's own `.venv`) and no byte code.
+    files = [
+        p
+        for p in found.rglob("*.py")
+        if not any(part.startswith(".") for part in p.parts[len(found.parts) :])
+    ]
+    return sorted(set().union(*(_top_level_imports(path) for path in sorted(files))))
 
 
 # Never copied: byte code is compiled afresh from the copies, and dot files (`.env`, `.git`) are not code.
@@ -114,16 +130,20 @@ class ImportFolder:
         self._seen: set[str] = set()
 
     def add(self, refs: Iterable[str]) -> None:
-        """Copy in the module of each `MODULE:ATTR` reference not seen yet (unknown ones are left for
-        the worker's own import to report)."""
-        for ref in refs:
-            module = ref.partition(":")[0]
+        """Copy in the module of each `MODULE:ATTR` reference not seen yet, and the modules of
+        `sources` that a copy imports by absolute name, and theirs (read, never run: a helper
+        module beside `mytools.py` comes too, a `.env` does not). Names the sources do not have
+        (the standard library, installed packages, unknown ones) are left to the worker's import."""
+        pending = [ref.partition(":")[0] for ref in refs]
+        while pending:
+            module = pending.pop()
             if module in self._seen:
                 continue
             self._seen.add(module)
             found = find_module(self.sources, module.split("."))
             if found is not None and found[1] not in self._copied:
                 self._copy(*found)
+                pending += _imported_names(found[0])
 
     def _copy(self, source: Path, rel: str) -> None:
         target = Path(self.path, rel)

@@ -100,3 +100,57 @@ def test_a_tool_cannot_replace_the_byte_code_later_workers_import(
 
     kit.in_sandbox(scenario, default=fresh)
     assert sys.path[0] == str(tmp_path)
+
+
+def test_the_modules_a_copy_imports_from_the_same_folders_come_too(tmp_path: Path) -> None:
+    """`mytools` imports `helpers`, which imports `more` and a package: all four are the user's,
+    so all are copied; the standard library, an unrelated module and a `.env` are not."""
+    (tmp_path / "mytools.py").write_text("import json\nfrom helpers import VALUE\n")
+    (tmp_path / "helpers.py").write_text("import more, os.path\nVALUE = more.X\n")
+    (tmp_path / "more.py").write_text("from helperpkg.sub import Y as X\n")
+    (tmp_path / "helperpkg").mkdir()
+    (tmp_path / "helperpkg" / "__init__.py").write_text("")
+    (tmp_path / "helperpkg" / "sub.py").write_text("Y = 7\nfrom . import __name__ as _\n")
+    (tmp_path / "unrelated.py").write_text("SECRET = 'not imported by anyone'\n")
+    (tmp_path / ".env").write_text("ANTHROPIC_API_KEY=sk-not-here\n")
+    (tmp_path / "json.py").write_text("")  # a user's module that shadows nothing in the worker
+    folder = ImportFolder([str(tmp_path)])
+    try:
+        folder.add(["mytools:TOOLS"])
+        copied = {p.name for p in Path(folder.path).iterdir() if p.name != "__pycache__"}
+        assert copied == {"mytools.py", "helpers.py", "more.py", "helperpkg", "json.py"}, copied
+        assert (Path(folder.path) / "helperpkg" / "sub.py").is_file()
+    finally:
+        folder.close()
+
+
+HELPER_TOOL = '''
+from stockade.tools.base import tool
+from wordhelpers import shout_words
+
+
+@tool
+def shout(text: str) -> str:
+    """Shout it."""
+    return shout_words(text)
+'''
+
+
+def test_a_tool_module_importing_a_helper_beside_it_runs_in_a_worker(tmp_path: Path) -> None:
+    (tmp_path / "helpertools.py").write_text(HELPER_TOOL)
+    (tmp_path / "wordhelpers.py").write_text("def shout_words(text):\n    return text.upper() + '!'\n")
+    sys.path.insert(0, str(tmp_path))  # the sandbox's import folder copies from the supervisor's path
+    try:
+        texts: list[str] = []
+
+        async def scenario(sandbox: Sandbox) -> None:
+            await sandbox.describe(["helpertools:shout"])
+            outcome = await sandbox.run(
+                CallRequest(call_id="c-h", name="shout", ref="helpertools:shout", input={"text": "hi"})
+            )
+            texts.append(str(outcome.content()[0]["text"]))
+
+        kit.in_sandbox(scenario)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert texts == ["HI!"]
