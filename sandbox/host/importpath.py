@@ -59,7 +59,7 @@ def imports_directly(sources: Sequence[str], refs: Iterable[str], package: str) 
     package` or `from package import` statement of its own (read, never run; an import made
     elsewhere is not seen). Lets the zygote import that package before the worker that describes
     the references forks."""
-    return any(_imports(path, package) for path in _module_files(sources, refs))
+    return any(package in _top_level_imports(path) for path in _module_files(sources, refs))
 
 
 def _module_files(sources: Sequence[str], refs: Iterable[str]) -> Iterator[Path]:
@@ -70,10 +70,6 @@ def _module_files(sources: Sequence[str], refs: Iterable[str]) -> Iterator[Path]
         found = next((path for s in sources for n in names if (path := Path(s, n)).is_file()), None)
         if found is not None:
             yield found
-
-
-def _imports(path: Path, package: str) -> bool:
-    return package in _top_level_imports(path)
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -102,7 +98,7 @@ def _imported_names(found: Path) -> list[str]:
         for p in found.rglob("*.py")
         if not any(part.startswith(".") for part in p.parts[len(found.parts) :])
     ]
-    return sorted(set().union(*(_top_level_imports(path) for path in sorted(files))))
+    return sorted(set().union(*(_top_level_imports(path) for path in files)))
 
 
 # Never copied: byte code is compiled afresh from the copies, and dot files (`.env`, `.git`) are not code.

@@ -19,12 +19,14 @@ import time
 from collections.abc import Sequence
 
 import msgspec
+from stockade.sandbox.host.importpath import default_import_paths, imports_directly
 from stockade.sandbox.isolation import limits
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.zygote import (
     EXIT_WAIT_S,
     FORK_TIMEOUT_S,
     REPLY_BYTES,
+    SDK_PRELOAD,
     SLACK_BYTES,
     SLACK_ENV,
     STARTUP_TIMEOUT_S,
@@ -39,7 +41,7 @@ from stockade.sandbox.wire.zygote import (
     ZygoteReady,
 )
 
-__all__ = ["SharedZygote", "Zygote", "zygote_env"]
+__all__ = ["SharedZygote", "Zygote", "sdk_preload", "zygote_env"]
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +322,12 @@ class SharedZygote:
         zygote, self._zygote = self._zygote, None
         if zygote is not None:
             zygote.close()
+
+
+def sdk_preload(refs: Sequence[str]) -> tuple[str, ...]:
+    """`SDK_PRELOAD` when the module of some reference, as found on this process's import path,
+    imports `anthropic` itself (read, never run: `importpath.imports_directly`); else nothing."""
+    return SDK_PRELOAD if imports_directly(default_import_paths(), refs, SDK_PRELOAD[0]) else ()
 
 
 def zygote_env(marker: str) -> dict[str, str]:

@@ -340,8 +340,11 @@ def _kill_dirs(dirs: list[str], unified_dir: str | None, timeout_s: float) -> bo
     them at once), so the wait is for `cgroup.events` to say "populated 0", woken by its change; a
     v1 `cgroup.procs` read builds and sorts a pid list each time, too dear to poll."""
     deadline = time.monotonic() + timeout_s
-    killed = unified_dir is not None and _write(os.path.join(unified_dir, "cgroup.kill"), "1")
-    if killed and unified_dir is not None and _wait_unpopulated(unified_dir, deadline):
+    if (
+        unified_dir is not None
+        and _write(os.path.join(unified_dir, "cgroup.kill"), "1")
+        and _wait_unpopulated(unified_dir, deadline)
+    ):
         return True
     while True:
         alive = _procs(dirs)

@@ -220,12 +220,9 @@ def early_zygote(config: PolicyConfig, refs: Sequence[str]) -> SharedZygote:
     the worker that describes the tools then forks with it imported, and SDK tools (`beta_tool`)
     import in milliseconds. Other tools do not wait for it: the zygote says it is ready only once
     its preloads are imported, and `anthropic` takes seconds."""
-    from stockade.sandbox.host.importpath import default_import_paths, imports_directly
-    from stockade.sandbox.host.zygote import SharedZygote, zygote_env
-    from stockade.sandbox.wire.zygote import SDK_PRELOAD
+    from stockade.sandbox.host.zygote import SharedZygote, sdk_preload, zygote_env
 
-    sources, all_refs = default_import_paths(), [*config.tool_refs, *refs]
-    sdk = SDK_PRELOAD if imports_directly(sources, all_refs, SDK_PRELOAD[0]) else ()
+    sdk = sdk_preload([*config.tool_refs, *refs])
     zygote = SharedZygote(zygote_env(f"run-{os.getpid()}"), preload=(*config.run.preload, *sdk))
     zygote.spawn()
     return zygote

@@ -198,11 +198,11 @@ def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
     """The zygote of every served session: `[run] preload`'s installed libraries, and `anthropic` when
     a tool module's own source imports it (its `beta_tool`s then import in milliseconds in a worker)."""
     from stockade.sandbox import SharedZygote, zygote_env
-    from stockade.sandbox.host.importpath import default_import_paths, imports_directly
-    from stockade.sandbox.wire.zygote import SDK_PRELOAD
+    from stockade.sandbox.host.zygote import sdk_preload
 
-    sdk = SDK_PRELOAD if imports_directly(default_import_paths(), refs, SDK_PRELOAD[0]) else ()
-    zygote = SharedZygote(zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk))
+    zygote = SharedZygote(
+        zygote_env(f"serve-{os.getpid()}"), preload=(*runner["preload"], *sdk_preload(refs))
+    )
     zygote.spawn()  # Before the engine's and anthropic's imports: the zygote's start overlaps them.
     return zygote
 
