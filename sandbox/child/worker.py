@@ -268,7 +268,11 @@ def _start(config: WorkerConfig) -> dict[str, str] | str:
     sys.path.extend(safe_import_paths(config.import_paths, config.policy, config.workdir))
     try:
         report = isolation.apply_in_worker(
-            config.policy, Path(config.workdir), config.landlock_rules, config.idmaps
+            config.policy,
+            Path(config.workdir),
+            config.landlock_rules,
+            config.idmaps,
+            pidns_status_fd=config.pidns_status_fd,
         )
     except isolation.LayerUnavailable as exc:
         return str(exc)

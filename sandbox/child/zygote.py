@@ -40,9 +40,9 @@ import traceback
 from pathlib import Path
 
 import msgspec
-from stockade.sandbox.isolation import syscalls, tree
+from stockade.sandbox.isolation import namespaces, syscalls, tree
 from stockade.sandbox.isolation.idmap import MappingCache
-from stockade.sandbox.isolation.layers import prepare_idmaps, prepare_landlock
+from stockade.sandbox.isolation.layers import disabled_layers, prepare_idmaps, prepare_landlock
 from stockade.sandbox.isolation.planner import Planner
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.protocol import PreparedMapping, PreparedRules
@@ -71,6 +71,10 @@ _PLANNER = Planner()
 """The Landlock plans of the workers forked so far, reused for a moment (see `planner`)."""
 _MAPPINGS = MappingCache()
 """The user namespaces that idmap workers' folders onto their slot uids (root only)."""
+_PIDNS = {"home": -1}
+"""As root, the zygote's own PID namespace (an fd, opened at the first fork that needs it)."""
+_STATUS_PIPES: dict[int, int] = {}
+"""Per worker forked into a PID namespace of its own: where its init hands the worker's status."""
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(ForkRequest)
 
@@ -153,8 +157,9 @@ def _prepare(
 
 def _prepared_fds(config: dict[str, object]) -> set[int]:
     """The fds of what `_prepare` made, as `_fork` put it in the worker's config."""
-    rules, idmaps = config.get("landlock_rules"), config.get("idmaps")
+    rules, idmaps, status = config.get("landlock_rules"), config.get("idmaps"), config.get("pidns_status_fd")
     fds = {rules["fd"]} if isinstance(rules, dict) else set()
+    fds |= {status} if isinstance(status, int) else set()
     return fds | {m["fd"] for m in idmaps} if isinstance(idmaps, (list, tuple)) else fds
 
 
@@ -203,7 +208,7 @@ def _fork(request: ForkRequest, fds: list[int]) -> tuple[int, int]:
         config["idmaps"] = msgspec.to_builtins(idmaps)
     gc.freeze()
     try:
-        pid = os.fork()
+        pid = _fork_process(request.env, config)
         if pid == 0:
             _become_worker(request, fds, config)
     finally:
@@ -214,6 +219,29 @@ def _fork(request: ForkRequest, fds: list[int]) -> tuple[int, int]:
     except OSError:
         os.kill(pid, signal.SIGKILL)  # Unreaped, so still ours: a worker nobody could watch.
         raise
+
+
+def _fork_process(env: dict[str, str], config: dict[str, object]) -> int:
+    """os.fork(); as root, the child born as pid 1 of a PID namespace of its own (see
+    `namespaces.fork_in_new_pidns`), its status pipe put in `config`. Where the namespace cannot be
+    made here, the worker makes its own (or reports why it cannot)."""
+    if os.geteuid() != 0 or "pidns" in disabled_layers(env):
+        return os.fork()
+    if _PIDNS["home"] < 0:
+        _PIDNS["home"] = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    status_r, status_w = os.pipe2(os.O_CLOEXEC)
+    config["pidns_status_fd"] = status_w
+    try:
+        pid = namespaces.fork_in_new_pidns(_PIDNS["home"])
+    except OSError:
+        del config["pidns_status_fd"]
+        os.close(status_r)
+        os.close(status_w)
+        return os.fork()
+    if pid != 0:
+        os.close(status_w)
+        _STATUS_PIPES[pid] = status_r
+    return pid
 
 
 def _serve_one(sock: socket.socket, workers: set[int]) -> bool:
@@ -265,6 +293,8 @@ def _reap(sock: socket.socket, workers: set[int]) -> None:
             return
         if pid == 0:
             return
+        if pid in _STATUS_PIPES:
+            status = namespaces.relayed_status(_STATUS_PIPES.pop(pid), status)
         if pid in workers:
             workers.discard(pid)
             with contextlib.suppress(OSError):  # The supervisor has gone: nobody to tell.

@@ -4,7 +4,8 @@ Order matters. As non-root, a user namespace comes first (it maps the user's own
 capabilities the other namespaces need inside it). Then the IPC, network and mount namespaces (they
 fork nothing, so they go while the supervisor is still moving the worker into its cgroup, which takes
 milliseconds), the PID namespace (the worker forks: it becomes pid 2 under a tiny init, and must
-already be in its cgroup; the init is born inside the worker's mounts) and its own `/proc` (which a
+already be in its cgroup; as root the zygote made the namespace and forked us as its init, so one fork
+is left; either way the init lives inside the worker's mounts) and its own `/proc` (which a
 user namespace may mount only with the host's locked flags); then the uid drop
 (root only; it also drops every capability), a fresh keyring (after the drop, so it is the slot uid's),
 no_new_privs, which Landlock needs as a non-root caller; Landlock after the final mount layout,
@@ -156,14 +157,14 @@ def _no_new_privs() -> str:
     return "set"
 
 
-def _pidns_step(mountns_on: bool) -> Callable[[], str]:
+def _pidns_step(mountns_on: bool, status_fd: int | None) -> Callable[[], str]:
     def enter() -> str:
         if os.environ.get(CGROUP_ENV) == ON:
             # The init and the worker are forked now: they must be born inside the worker's cgroup,
             # in every hierarchy (the supervisor writes them one at a time, while the mounts were made).
             marker, hierarchies = os.environ.get(MARKER_ENV, ""), int(os.environ.get(CGROUPS_ENV, "1"))
             namespaces.wait_for_cgroup(marker, hierarchies)
-        detail = namespaces.enter_pidns()
+        detail = namespaces.enter_pidns(status_fd)
         if os.environ.get(SUBREAPER_ENV) == "1":
             namespaces.make_subreaper()  # the forked worker is a new process
         if mountns_on:
@@ -233,9 +234,13 @@ def apply_worker_layers(
     disabled: Collection[str],
     prepared: PreparedRules | None = None,
     idmaps: tuple[PreparedMapping, ...] = (),
+    *,
+    pidns_status_fd: int | None = None,
 ) -> dict[str, str]:
     """Apply every worker layer in order (`prepared`: the zygote's Landlock rules, if it built
-    them, which the caller closes; `idmaps`: its mappings, closed here); returns the report."""
+    them, which the caller closes; `idmaps`: its mappings, closed here; `pidns_status_fd`: the
+    zygote forked us as pid 1 of a PID namespace of our own, see `namespaces.enter_pidns`); returns
+    the report."""
     root = os.geteuid() == 0
     ready = owners.take(idmaps, _slot_uid(os.environ))
     writable = _writable(policy, workdir)
@@ -264,7 +269,7 @@ def apply_worker_layers(
     if idmapped:
         owned = owners.owned_paths(writable, mappings, mountns_on)
         os.chdir(workdir)  # An idmapped workdir is a new mount: the old cwd is the one below it.
-    run.step("pidns", _pidns_step(mountns_on) if privileged else _needs_privilege)
+    run.step("pidns", _pidns_step(mountns_on, pidns_status_fd) if privileged else _needs_privilege)
     if userns_on:
         _drop_userns_capabilities(run)
     uid_on = run.step("uid", _uid_step(mountns_on, owned) if root else _needs_root)
@@ -290,13 +295,18 @@ def apply_in_worker(
     workdir: Path,
     prepared: PreparedRules | None = None,
     idmaps: tuple[PreparedMapping, ...] = (),
+    *,
+    pidns_status_fd: int | None = None,
 ) -> dict[str, str]:
     """Apply the worker-side layers (`prepared`, `idmaps`: see `prepare_landlock`, `prepare_idmaps`;
-    closed here, whatever happens); raises LayerUnavailable if a required one is not on."""
+    closed here, whatever happens; `pidns_status_fd`: see `apply_worker_layers`); raises
+    LayerUnavailable if a required one is not on."""
     parent = {"rlimits": ON, "setsid": ON, "cgroup": os.environ.get(CGROUP_ENV, "unavailable: no cage")}
     parent["tree_kill"] = ON
     try:
-        layers = apply_worker_layers(policy, workdir, disabled_layers(), prepared, idmaps)
+        layers = apply_worker_layers(
+            policy, workdir, disabled_layers(), prepared, idmaps, pidns_status_fd=pidns_status_fd
+        )
     finally:
         landlock.release(prepared)  # Once only: its number may be reused by the next open.
     report = {**parent, **layers}

@@ -38,6 +38,7 @@ __all__ = [
     "mount",
     "mount_setattr",
     "prctl",
+    "setns",
     "umount2",
     "unshare",
 ]
@@ -110,6 +111,12 @@ def _syscall(number: int, *args: object, what: str) -> int:
 def unshare(flags: int) -> None:
     """unshare(2): move this process into new namespaces."""
     _check(_libc().unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """setns(2): move this process (or, for a PID namespace, its future children) into the namespace
+    that `fd` names."""
+    _check(_libc().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:

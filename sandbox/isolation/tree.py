@@ -71,8 +71,9 @@ def _inner_pid(pid: int) -> int | None:
 
 def accounting_pid(root_pid: int) -> int:
     """The process whose CPU is a worker's own: the worker `root_pid` itself or, when it runs in a
-    PID namespace of its own, the real worker in there (pid 2 under its init, pid 1)."""
-    for init in _children(root_pid):
+    PID namespace of its own, the real worker in there (pid 2 under its init, pid 1, which is
+    `root_pid` itself where the zygote made the namespace)."""
+    for init in (root_pid, *_children(root_pid)):
         if _inner_pid(init) == namespaces.INIT_PID:
             for child in _children(init):
                 if _inner_pid(child) == namespaces.WORKER_PID:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import random
 import subprocess
 import sys
@@ -264,6 +265,36 @@ def test_the_namespace_init_and_worker_are_born_in_the_cgroup() -> None:
             assert sum(f"/{STOCKADE_DIR}/" in line for line in init.splitlines()) == hierarchies, init
 
     kit.in_sandbox(scenario, default=fresh)
+
+
+@pytest.mark.parametrize("zygote", [True, False], ids=["forked", "execd"])
+def test_a_fresh_worker_has_no_process_outside_its_namespace_when_the_zygote_made_it(zygote: bool) -> None:
+    """As root the zygote forks each worker as pid 1 of a PID namespace of its own: the process the
+    supervisor knows is that namespace's init, and the worker (pid 2) its only child. An exec'd
+    worker, or any worker of a non-root user, makes its namespace itself and waits outside it: one
+    process more. Either way its exit status is the worker's own."""
+    need("pidns")
+    made_by_zygote = zygote and os.geteuid() == 0
+
+    async def scenario(sandbox: Sandbox) -> None:
+        assert text_of(await run(sandbox, "burn", seconds=0.0)) == "burnt"
+        (root,) = sandbox.worker_pids()
+        family = [root, *tree.descendants(root)]
+        inner = [tree_inner_pid(pid) for pid in family]
+        assert inner == ([1, 2] if made_by_zygote else [root, 1, 2]), (family, inner)
+        assert tree.accounting_pid(root) == family[-1]
+        crashed = await run(sandbox, "exit_with", code=5)
+        assert crashed.kind == "crashed" and crashed.exit_code == 5, crashed
+
+    kit.in_sandbox(scenario, zygote=zygote)
+
+
+def tree_inner_pid(pid: int) -> int | None:
+    """`pid`'s number in its innermost PID namespace."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    return None
 
 
 def test_the_supervisor_reads_the_cpu_of_the_worker_inside_the_namespace() -> None:
