@@ -22,7 +22,7 @@ from pathlib import Path
 
 from stockade.sandbox.paths import within_any
 
-__all__ = ["ImportFolder", "default_import_paths", "find_module", "imports_directly"]
+__all__ = ["ImportFolder", "default_import_paths", "find_module", "imports_package"]
 
 
 def default_import_paths() -> list[str]:
@@ -54,22 +54,30 @@ def find_module(sources: Sequence[str], parts: list[str]) -> tuple[Path, str] | 
     return None
 
 
-def imports_directly(sources: Sequence[str], refs: Iterable[str], package: str) -> bool:
-    """Whether the module of some `MODULE:ATTR` reference, as found in `sources`, has an `import
-    package` or `from package import` statement of its own (read, never run; an import made
-    elsewhere is not seen). Lets the zygote import that package before the worker that describes
-    the references forks."""
-    return any(package in _top_level_imports(path) for path in _module_files(sources, refs))
+def imports_package(sources: Sequence[str], refs: Iterable[str], package: str) -> bool:
+    """Whether the module of some `MODULE:ATTR` reference, as found in `sources`, or a module of
+    `sources` it imports (and so on), has an `import package` or `from package import` statement
+    (read, never run; an import made by other means is not seen). Lets the zygote import that
+    package before the worker that describes the references forks."""
+    modules = [ref.partition(":")[0] for ref in refs]
+    return any(package in _imported_names(found) for found, _ in user_modules(sources, modules, set()))
 
 
-def _module_files(sources: Sequence[str], refs: Iterable[str]) -> Iterator[Path]:
-    """The source file of each reference's module, the first one `sources` have."""
-    for ref in refs:
-        rel = ref.partition(":")[0].replace(".", "/")
-        names = (f"{rel}.py", f"{rel}/__init__.py")
-        found = next((path for s in sources for n in names if (path := Path(s, n)).is_file()), None)
+def user_modules(sources: Sequence[str], modules: list[str], seen: set[str]) -> Iterator[tuple[Path, str]]:
+    """The file or package folder in `sources` of each of `modules`, then of each module of `sources`
+    that one imports by absolute name, and theirs (see `find_module`); a module named in `seen` is
+    skipped, and each one visited is added to it. Names the sources do not have (the standard
+    library, installed packages, unknown ones) end the walk there."""
+    pending = list(modules)
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        found = find_module(sources, module.split("."))
         if found is not None:
             yield found
+            pending += _imported_names(found[0])
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -130,16 +138,9 @@ class ImportFolder:
         `sources` that a copy imports by absolute name, and theirs (read, never run: a helper
         module beside `mytools.py` comes too, a `.env` does not). Names the sources do not have
         (the standard library, installed packages, unknown ones) are left to the worker's import."""
-        pending = [ref.partition(":")[0] for ref in refs]
-        while pending:
-            module = pending.pop()
-            if module in self._seen:
-                continue
-            self._seen.add(module)
-            found = find_module(self.sources, module.split("."))
-            if found is not None and found[1] not in self._copied:
-                self._copy(*found)
-                pending += _imported_names(found[0])
+        for source, rel in user_modules(self.sources, [ref.partition(":")[0] for ref in refs], self._seen):
+            if rel not in self._copied:
+                self._copy(source, rel)
 
     def _copy(self, source: Path, rel: str) -> None:
         target = Path(self.path, rel)
@@ -152,9 +153,10 @@ class ImportFolder:
             compileall.compile_file(target, quiet=2, optimize=0)
         self._copied[rel] = source
 
-    def imports_directly(self, refs: Iterable[str], package: str) -> bool:
-        """Whether the copied module of some reference imports `package` itself (see the function)."""
-        return imports_directly([self.path], refs, package)
+    def imports_package(self, refs: Iterable[str], package: str) -> bool:
+        """Whether the copied module of some reference, or a copied module it imports, imports
+        `package` (see the function)."""
+        return imports_package([self.path], refs, package)
 
     def original(self, text: str) -> str:
         """`text` (a worker's load error) with each copy's path put back as the user's own file, so a

@@ -513,7 +513,7 @@ class Sandbox:
         is retired afterwards: every reference's module has run in it, so it may serve no tool.
         With `descriptions`, a clean description another sandbox got already is reused instead."""
         await asyncio.to_thread(self._imports.add, refs)
-        if await asyncio.to_thread(self._imports.imports_directly, refs, SDK_PRELOAD[0]):
+        if await asyncio.to_thread(self._imports.imports_package, refs, SDK_PRELOAD[0]):
             await self._want_sdk()  # The describing worker then forks with it imported already.
         if self._descriptions is None:
             reply = await self._describe_in_worker(refs)

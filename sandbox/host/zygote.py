@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 import msgspec
-from stockade.sandbox.host.importpath import default_import_paths, imports_directly
+from stockade.sandbox.host.importpath import default_import_paths, imports_package
 from stockade.sandbox.isolation import limits
 from stockade.sandbox.policy import ResourcePolicy
 from stockade.sandbox.wire.zygote import (
@@ -326,8 +326,9 @@ class SharedZygote:
 
 def sdk_preload(refs: Sequence[str]) -> tuple[str, ...]:
     """`SDK_PRELOAD` when the module of some reference, as found on this process's import path,
-    imports `anthropic` itself (read, never run: `importpath.imports_directly`); else nothing."""
-    return SDK_PRELOAD if imports_directly(default_import_paths(), refs, SDK_PRELOAD[0]) else ()
+    or a module of the user's it imports, imports `anthropic` (read, never run:
+    `importpath.imports_package`); else nothing."""
+    return SDK_PRELOAD if imports_package(default_import_paths(), refs, SDK_PRELOAD[0]) else ()
 
 
 def zygote_env(marker: str) -> dict[str, str]:

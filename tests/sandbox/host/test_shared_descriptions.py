@@ -1,7 +1,7 @@
 """What sandboxes share and what each keeps: one description of the same references for several
 sandboxes (`SharedDescriptions`, as `stockade serve` gives its sessions), while each sandbox keeps its
 own workers and workdir; a blank worker started ahead is waited for by the call it was started for;
-which tool modules import the SDK is read from their source (`ImportFolder.imports_directly`)."""
+which tool modules import the SDK is read from their source (`ImportFolder.imports_package`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from stockade.sandbox import Sandbox, SharedDescriptions, SharedZygote, ToolLoadFailed, zygote_env
-from stockade.sandbox.host.importpath import ImportFolder
+from stockade.sandbox.host.importpath import ImportFolder, imports_package
 
 from .. import sbx_testkit as kit
 
@@ -110,8 +110,27 @@ def test_a_module_that_imports_the_sdk_is_recognised_from_its_source(
     folder = ImportFolder([str(tmp_path)])
     try:
         folder.add(["mod:TOOLS", "pkg:TOOLS"])
-        assert folder.imports_directly(["mod:TOOLS"], "anthropic") is imports
-        assert folder.imports_directly(["pkg:TOOLS"], "anthropic") is imports
-        assert folder.imports_directly(["missing:TOOLS"], "anthropic") is False
+        assert folder.imports_package(["mod:TOOLS"], "anthropic") is imports
+        assert folder.imports_package(["pkg:TOOLS"], "anthropic") is imports
+        assert folder.imports_package(["missing:TOOLS"], "anthropic") is False
+    finally:
+        folder.close()
+
+
+def test_a_module_that_imports_the_sdk_through_a_module_of_the_users_is_recognised(tmp_path: Path) -> None:
+    """The SDK imported by a helper beside the tool module (or that helper's own helper) counts;
+    a cycle of imports ends; a helper that imports nothing heavy does not count."""
+    (tmp_path / "mytools.py").write_text("from helpers import wrap\n")
+    (tmp_path / "helpers.py").write_text("import json\nimport deeper\nfrom mytools import wrap\n")
+    (tmp_path / "deeper.py").write_text("from anthropic import beta_tool as wrap\n")
+    (tmp_path / "light.py").write_text("import light_helpers\n")
+    (tmp_path / "light_helpers.py").write_text("import json\nimport light\n")
+    assert imports_package([str(tmp_path)], ["mytools:TOOLS"], "anthropic") is True
+    assert imports_package([str(tmp_path)], ["light:TOOLS"], "anthropic") is False
+    folder = ImportFolder([str(tmp_path)])
+    try:
+        folder.add(["mytools:TOOLS", "light:TOOLS"])
+        assert folder.imports_package(["mytools:TOOLS"], "anthropic") is True
+        assert folder.imports_package(["light:TOOLS"], "anthropic") is False
     finally:
         folder.close()
