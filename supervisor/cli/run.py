@@ -216,10 +216,10 @@ def confirmation_warning(config: PolicyConfig) -> str | None:
 def early_zygote(config: PolicyConfig, refs: Sequence[str]) -> SharedZygote:
     """The run's zygote, exec'd at once (before this process imports `anthropic`), so that its start
     runs while this process imports and connects. It preloads `[run] preload`'s installed libraries
-    (never a tool module) and `anthropic` when a tool module's own source imports it (read, not run):
-    the worker that describes the tools then forks with it imported, and SDK tools (`beta_tool`)
-    import in milliseconds. Other tools do not wait for it: the zygote says it is ready only once
-    its preloads are imported, and `anthropic` takes seconds."""
+    (never a tool module) and `anthropic` when a tool module, or a module of the user's it imports,
+    imports it (read, not run): the worker that describes the tools then forks with it imported, and
+    SDK tools (`beta_tool`) import in milliseconds. Other tools do not wait for it: the zygote says it
+    is ready only once its preloads are imported, and `anthropic` takes seconds."""
     from stockade.sandbox.host.zygote import SharedZygote, sdk_preload, zygote_env
 
     sdk = sdk_preload([*config.tool_refs, *refs])

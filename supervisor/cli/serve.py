@@ -196,7 +196,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _zygote(runner: RunnerArgs, refs: list[str]) -> SharedZygote:
     """The zygote of every served session: `[run] preload`'s installed libraries, and `anthropic` when
-    a tool module's own source imports it (its `beta_tool`s then import in milliseconds in a worker)."""
+    a tool module, or a module of the user's it imports, imports it (its `beta_tool`s then import in
+    milliseconds in a worker)."""
     from stockade.sandbox import SharedZygote, zygote_env
     from stockade.sandbox.host.zygote import sdk_preload
 

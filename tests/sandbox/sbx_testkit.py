@@ -55,7 +55,7 @@ def marked_pids(marker: str) -> set[int]:
     return found
 
 
-def _inner_pid(pid: int) -> int | None:
+def inner_pid(pid: int) -> int | None:
     """`pid`'s number in its innermost PID namespace (None if it is gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -74,7 +74,7 @@ def worker_processes(sandbox: Sandbox) -> set[int]:
         found.add(pid)
         with contextlib.suppress(psutil.Error):
             for child in psutil.Process(pid).children(recursive=True):
-                if _inner_pid(child.pid) in (1, 2):
+                if inner_pid(child.pid) in (1, 2):
                     found.add(child.pid)
     return found
 

@@ -280,21 +280,13 @@ def test_a_fresh_worker_has_no_process_outside_its_namespace_when_the_zygote_mad
         assert text_of(await run(sandbox, "burn", seconds=0.0)) == "burnt"
         (root,) = sandbox.worker_pids()
         family = [root, *tree.descendants(root)]
-        inner = [tree_inner_pid(pid) for pid in family]
+        inner = [kit.inner_pid(pid) for pid in family]
         assert inner == ([1, 2] if made_by_zygote else [root, 1, 2]), (family, inner)
         assert tree.accounting_pid(root) == family[-1]
         crashed = await run(sandbox, "exit_with", code=5)
         assert crashed.kind == "crashed" and crashed.exit_code == 5, crashed
 
     kit.in_sandbox(scenario, zygote=zygote)
-
-
-def tree_inner_pid(pid: int) -> int | None:
-    """`pid`'s number in its innermost PID namespace."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("NSpid:"):
-            return int(line.split()[-1])
-    return None
 
 
 def test_the_supervisor_reads_the_cpu_of_the_worker_inside_the_namespace() -> None:
