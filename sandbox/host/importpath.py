@@ -60,14 +60,17 @@ def imports_package(sources: Sequence[str], refs: Iterable[str], package: str) -
     (read, never run; an import made by other means is not seen). Lets the zygote import that
     package before the worker that describes the references forks."""
     modules = [ref.partition(":")[0] for ref in refs]
-    return any(package in _imported_names(found) for found, _ in user_modules(sources, modules, set()))
+    return any(package in imported for _, _, imported in user_modules(sources, modules, set()))
 
 
-def user_modules(sources: Sequence[str], modules: list[str], seen: set[str]) -> Iterator[tuple[Path, str]]:
-    """The file or package folder in `sources` of each of `modules`, then of each module of `sources`
-    that one imports by absolute name, and theirs (see `find_module`); a module named in `seen` is
-    skipped, and each one visited is added to it. Names the sources do not have (the standard
-    library, installed packages, unknown ones) end the walk there."""
+def user_modules(
+    sources: Sequence[str], modules: list[str], seen: set[str]
+) -> Iterator[tuple[Path, str, list[str]]]:
+    """The file or package folder in `sources` of each of `modules` (with its path relative to the
+    source and the top-level names it imports), then of each module of `sources` that one imports by
+    absolute name, and theirs (see `find_module`); a module named in `seen` is skipped, and each one
+    visited is added to it. Names the sources do not have (the standard library, installed packages,
+    unknown ones) end the walk there."""
     pending = list(modules)
     while pending:
         module = pending.pop()
@@ -76,8 +79,9 @@ def user_modules(sources: Sequence[str], modules: list[str], seen: set[str]) -> 
         seen.add(module)
         found = find_module(sources, module.split("."))
         if found is not None:
-            yield found
-            pending += _imported_names(found[0])
+            imported = _imported_names(found[0])  # Parsed once: the caller reads the names too.
+            yield (*found, imported)
+            pending += imported
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -138,7 +142,7 @@ class ImportFolder:
         `sources` that a copy imports by absolute name, and theirs (read, never run: a helper
         module beside `mytools.py` comes too, a `.env` does not). Names the sources do not have
         (the standard library, installed packages, unknown ones) are left to the worker's import."""
-        for source, rel in user_modules(self.sources, [ref.partition(":")[0] for ref in refs], self._seen):
+        for source, rel, _ in user_modules(self.sources, [ref.partition(":")[0] for ref in refs], self._seen):
             if rel not in self._copied:
                 self._copy(source, rel)
 
