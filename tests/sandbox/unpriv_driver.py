@@ -18,14 +18,19 @@ import sbx_testkit as kit  # tests/sandbox is on this driver's PYTHONPATH
 from stockade.sandbox import CallRequest, ResourcePolicy, Sandbox, ToolOutcome
 from stockade.sandbox.policy import MIB
 
+# Without a uid of its own a worker's process limit is RLIMIT_NPROC, which counts every task of this
+# user: the three sandboxes' zygotes and pooled workers (three processes each) are already about 21, and
+# a busy host reaps retired workers late. So the catalogue's calls that fork (a daemon, a killed call's
+# daemon) get headroom, and the fork bomb's limit lets it fork a couple of dozen before the kernel refuses.
 POLICY = ResourcePolicy(
     env_passthrough=("PYTHONPATH",),
     wall_timeout_s=20.0,
     memory_bytes=256 * MIB,
-    max_processes=24,
+    max_processes=64,
     pool_size=1,
     worker_lifetime="call",
 )
+FORK_BOMB_LIMIT = 48
 
 
 def _summary(outcome: ToolOutcome) -> dict[str, Any]:
@@ -106,7 +111,7 @@ async def _catalogue(d: Driver, bombs: Sandbox, killed: Sandbox) -> None:
 async def main(setup: dict[str, Any]) -> dict[str, Any]:
     hits: list[int] = []
     signal.signal(signal.SIGUSR1, lambda *_: hits.append(1))
-    fork_policy = msgspec.structs.replace(POLICY, max_processes=16)
+    fork_policy = msgspec.structs.replace(POLICY, max_processes=FORK_BOMB_LIMIT)
     short_policy = msgspec.structs.replace(POLICY, wall_timeout_s=1.5)
     async with (
         Sandbox(default=POLICY) as sandbox,
@@ -120,6 +125,7 @@ async def main(setup: dict[str, Any]) -> dict[str, Any]:
     driver.results["sigusr1_hits"] = len(hits)
     driver.results["leftovers_after_close"] = sorted(pid for m in markers for pid in kit.marked_pids(m))
     driver.results["uid"] = os.getuid()
+    driver.results["fork_bomb_limit"] = FORK_BOMB_LIMIT
     return driver.results
 
 
