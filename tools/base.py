@@ -18,6 +18,7 @@ Errors (`stockade.tools.errors`): `ToolError` (deliberate, content passed throug
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,7 +81,11 @@ class Tool:
 
 
 class FunctionTool(Tool):
-    """A tool made by `@tool` from a sync or async function."""
+    """A tool made by `@tool` from a sync or async function.
+
+    Its parameters are read at once (a function no input can fit fails where it is decorated); its
+    description and schema only when first asked for: a worker that only runs the tool, as a fresh
+    one per call does, never reads the docstring or builds the schema of each tool of its module."""
 
     def __init__(
         self,
@@ -89,14 +94,28 @@ class FunctionTool(Tool):
         description: str | None = None,
         input_schema: dict[str, Any] | None = None,
     ) -> None:
-        doc_description, arg_docs = parse_docstring(fn.__doc__)
-        self.signature: Signature = signature_of(fn, arg_docs, ToolContext)
-        super().__init__(
-            name or fn.__name__,
-            doc_description if description is None else description,
-            self.signature.input_schema if input_schema is None else input_schema,
-            fn,
-        )
+        self.signature: Signature = signature_of(fn, ToolContext)
+        self.name = name or fn.__name__
+        self.fn = fn
+        # Given ones shadow the lazy properties below (instance attributes win over them).
+        if description is not None:
+            self.description = description
+        if input_schema is not None:
+            self.input_schema = input_schema
+
+    @functools.cached_property
+    def _docstring(self) -> tuple[str, dict[str, str]]:
+        return parse_docstring(self.fn.__doc__ if self.fn is not None else None)
+
+    @functools.cached_property
+    def description(self) -> str:  # type: ignore[override]
+        """The docstring's description."""
+        return self._docstring[0]
+
+    @functools.cached_property
+    def input_schema(self) -> dict[str, Any]:  # type: ignore[override]
+        """The input's JSON schema, from the signature and the docstring's parameter descriptions."""
+        return self.signature.input_schema(self._docstring[1])
 
     def call(self, input: dict[str, Any], ctx: ToolContext) -> object:
         """Validate `input` against the signature, then call the function (with `ctx` if it asks)."""

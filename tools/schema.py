@@ -89,7 +89,11 @@ class Signature:
     params: tuple[_Param, ...]
     ctx_param: str | None
     """The parameter that receives the call's context, if any."""
-    input_schema: dict[str, Any]
+
+    def input_schema(self, arg_docs: dict[str, str]) -> dict[str, Any]:
+        """The JSON schema of an input, each parameter described by `arg_docs`; raises TypeError for
+        a type no schema can state."""
+        return _object_schema(list(self.params), arg_docs)
 
     def validate(self, name: str, input: dict[str, Any]) -> dict[str, Any]:
         """Convert `input` to keyword arguments; raises `ValueError` naming the function."""
@@ -118,7 +122,7 @@ def _convert(name: str, param: _Param, value: object) -> Any:
         raise ValueError(f"Invalid arguments for function {name}: {param.name}: {exc}") from exc
 
 
-def signature_of(fn: Callable[..., Any], arg_docs: dict[str, str], ctx_type: type) -> Signature:
+def signature_of(fn: Callable[..., Any], ctx_type: type) -> Signature:
     """Read `fn`'s parameters; a parameter annotated with `ctx_type` receives the call's context."""
     hints = typing.get_type_hints(fn, include_extras=True)
     params: list[_Param] = []
@@ -131,7 +135,7 @@ def signature_of(fn: Callable[..., Any], arg_docs: dict[str, str], ctx_type: typ
             ctx_param = p.name
             continue
         params.append(_Param(p.name, _with_constraints(annotation), p.default))
-    return Signature(tuple(params), ctx_param, _object_schema(params, arg_docs))
+    return Signature(tuple(params), ctx_param)
 
 
 def _is_model(annotation: Any) -> bool:

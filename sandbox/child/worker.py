@@ -158,7 +158,10 @@ class Worker:
                 tools = self.tools(ref)
             except ToolLoadError as exc:
                 return Described(tools=[], error=str(exc))
-            infos += [ToolInfo(t.name, t.description, t.input_schema, ref) for t in tools.values()]
+            try:  # A `@tool`'s schema is built here, on first use: a type no schema states fails now.
+                infos += [ToolInfo(t.name, t.description, t.input_schema, ref) for t in tools.values()]
+            except Exception as exc:
+                return Described(tools=[], error=f"tool reference {ref!r}: {error_text(exc)}")
         # Read only to decide what the zygote preloads: a lying worker can at most get `anthropic`
         # imported in the zygote, from the installed environment.
         return Described(tools=infos, sdk="anthropic" in sys.modules)

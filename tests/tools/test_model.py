@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -55,6 +56,26 @@ def test_decorator_with_name_and_description() -> None:
 
     assert (f.name, f.description) == ("renamed", "Custom.")
     assert f.invoke({"x": "4"}, ToolContext(Path("/"))) == [{"type": "text", "text": "4"}]
+
+
+def test_running_a_tool_reads_neither_its_docstring_nor_its_schema() -> None:
+    # A fresh worker per call only runs one tool: building every tool's schema was most of its import.
+    t = tool(documented)
+    assert t.invoke({"a": 1}, ToolContext(Path("/"))) == [{"type": "text", "text": "1xNone1.5False"}]
+    assert not {"description", "input_schema", "_docstring"} & set(vars(t))
+    assert t.input_schema["properties"]["a"]["description"] == "the a, which\ncontinues here"
+    assert set(vars(t)) >= {"input_schema", "_docstring"}
+
+
+def test_a_type_no_schema_states_fails_when_the_schema_is_asked_for() -> None:
+    def takes_a_socket(conn: socket.socket) -> str:
+        return "never"
+
+    t = tool(takes_a_socket)  # its parameters are fine: only its schema cannot be written
+    with pytest.raises(TypeError, match="is not supported"):
+        t.input_schema  # noqa: B018
+    with pytest.raises(TypeError, match="must be a named parameter"):
+        tool(lambda *args: "")
 
 
 def test_invalid_input_is_a_value_error_naming_the_function() -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import msgspec
 import pytest
-from stockade.sandbox import Sandbox, ToolInfo, ToolLoadFailed, run_call_sync
+from stockade.sandbox import CallRequest, Sandbox, ToolInfo, ToolLoadFailed, run_call_sync
 
 from .. import sbx_testkit as kit
 
@@ -93,6 +94,43 @@ def test_describe_lists_tools_with_schemas() -> None:
         with pytest.raises(ToolLoadFailed):
             await sandbox.describe(["no_such_module_anywhere:TOOLS"])
         assert "rlimits" in sandbox.report()
+
+    in_sandbox(scenario)
+
+
+UNSCHEMABLE = """
+import socket
+from stockade.tools.base import tool
+
+@tool
+def fine(text: str) -> str:
+    \"\"\"Return `text`.\"\"\"
+    return text
+
+@tool
+def takes_a_socket(conn: socket.socket) -> str:
+    \"\"\"No JSON schema states a socket.\"\"\"
+    return "never"
+
+TOOLS = [fine, takes_a_socket]
+"""
+
+
+def test_a_tool_without_a_schema_fails_its_describe_and_not_its_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A `@tool`'s schema is built when first described, in the worker: its error must come back.
+    (tmp_path / "sbx_unschemable.py").write_text(UNSCHEMABLE)
+    monkeypatch.syspath_prepend(str(tmp_path))  # found by the sandbox's import folder
+    ref = "sbx_unschemable:TOOLS"
+
+    async def scenario(sandbox: Sandbox) -> None:
+        with pytest.raises(ToolLoadFailed, match=r"sbx_unschemable:TOOLS.*is not supported"):
+            await sandbox.describe([ref])
+        request = CallRequest(call_id="fine-1", name="fine", ref=ref, input={"text": "still runs"})
+        outcome = await sandbox.run(request)
+        assert outcome.kind == "completed" and outcome.content()[0]["text"] == "still runs"
+        assert (await call(sandbox, "echo", text="x")).kind == "completed"
 
     in_sandbox(scenario)
 
