@@ -68,6 +68,9 @@ SYS_MOUNT_SETATTR = 442
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
+SYS_CLOSE_RANGE = 436
+CLOSE_RANGE_LAST = 0xFFFFFFFF
+"""close_range's highest fd: every fd number there is."""
 LANDLOCK_CREATE_RULESET_VERSION = 1
 
 
@@ -202,14 +205,32 @@ def landlock_restrict_self(ruleset_fd: int) -> None:
 def close_fds_but(keep: Collection[int]) -> None:
     """Close every fd of this process except those in `keep`, a range at a time (close_range(2)):
     a forked worker inherits a Landlock plan's folders from the zygote, a few hundred fds."""
+    low, gaps = 0, list[tuple[int, int]]()
+    for fd in sorted(keep):
+        if fd > low:  # An empty range is not a no-op: close_range would get last = -1, every fd.
+            gaps.append((low, fd - 1))
+        low = max(low, fd + 1)
+    try:
+        # To the last fd number: listing /proc/self/fd to find the highest open one cost more
+        # (~1.5 ms with a Landlock plan's fds) than the whole of what a forked worker does here.
+        for first, last in (*gaps, (low, CLOSE_RANGE_LAST)):
+            _syscall(
+                SYS_CLOSE_RANGE,
+                ctypes.c_uint(first),
+                ctypes.c_uint(last),
+                ctypes.c_uint(0),
+                what="close_range",
+            )
+    except OSError:  # A kernel before 5.9: one close per fd number, so only up to the highest open.
+        _close_each_but(gaps, low)
+
+
+def _close_each_but(gaps: list[tuple[int, int]], low: int) -> None:
     try:
         top = max(int(name) for name in os.listdir("/proc/self/fd")) + 1
     except (OSError, ValueError):  # no /proc: the soft limit bounds every fd opened under it
         top = os.sysconf("SC_OPEN_MAX")
-    low = 0
-    for fd in sorted(keep):
-        if fd > low:  # An empty range is not a no-op: close_range would get last = -1, every fd.
-            os.closerange(low, fd)
-        low = max(low, fd + 1)
+    for first, last in gaps:
+        os.closerange(first, last + 1)
     if top > low:
         os.closerange(low, top)
